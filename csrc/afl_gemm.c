@@ -1,0 +1,87 @@
+/* Deterministic SGEMM: see afl_gemm.h for the design. */
+#include <stdlib.h>
+#include <stdint.h>
+#include "afl_omp.h"
+#include "afl_gemm.h"
+
+static void *afl_aligned_alloc(size_t n)
+{
+    void *p = NULL;
+    if (n == 0) n = 64;
+    if (posix_memalign(&p, 64, n) != 0) return NULL;
+    return p;
+}
+static void afl_aligned_free(void *p) { free(p); }
+
+/* Baseline: whatever the compiler's default target is (SSE2 on x86-64). */
+#define AFL_SFX _generic
+#define AFL_VL 4
+#define AFL_MR 6
+#include "afl_gemm_impl.h"
+#undef AFL_SFX
+#undef AFL_VL
+#undef AFL_MR
+
+#if defined(__GNUC__) && !defined(__clang__) && (defined(__x86_64__) || defined(_M_X64))
+#define AFL_X86_CLONES 1
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+#define AFL_SFX _avx2
+#define AFL_VL 8
+#define AFL_MR 6
+#include "afl_gemm_impl.h"
+#undef AFL_SFX
+#undef AFL_VL
+#undef AFL_MR
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512vl,avx2,fma")
+#define AFL_SFX _avx512
+#define AFL_VL 16
+#define AFL_MR 12
+#include "afl_gemm_impl.h"
+#undef AFL_SFX
+#undef AFL_VL
+#undef AFL_MR
+#pragma GCC pop_options
+#endif
+
+typedef int (*afl_sgemm_fn)(int, int64_t, int64_t, int64_t, const float *, int64_t,
+                            const float *, int64_t, float *, double *, int64_t, int,
+                            const int64_t *, int64_t, int);
+
+static afl_sgemm_fn afl_pick(const char **name)
+{
+    const char *force = getenv("AFLITE_FAST_ISA");  /* for tests and benchmarks of each path */
+#ifdef AFL_X86_CLONES
+    __builtin_cpu_init();
+    int avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
+    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (force && force[0] == 'g') { avx512 = 0; avx2 = 0; }
+    if (force && force[0] == 'a' && force[3] == '2') avx512 = 0;
+    if (avx512) { *name = "avx512"; return sgemm_avx512; }
+    if (avx2) { *name = "avx2"; return sgemm_avx2; }
+#else
+    (void)force;
+#endif
+    *name = "generic";
+    return sgemm_generic;
+}
+
+static afl_sgemm_fn afl_impl = NULL;
+static const char *afl_impl_name = "generic";
+
+const char *afl_gemm_isa(void)
+{
+    if (!afl_impl) afl_impl = afl_pick(&afl_impl_name);
+    return afl_impl_name;
+}
+
+int afl_sgemm(int trans_a, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+              const float *B, int64_t ldb, float *C, double *Cd, int64_t ldc, int accumulate,
+              const int64_t *kb, int64_t nkb, int n_threads)
+{
+    if (!afl_impl) afl_impl = afl_pick(&afl_impl_name);
+    return afl_impl(trans_a, M, N, K, A, lda, B, ldb, C, Cd, ldc, accumulate, kb, nkb, n_threads);
+}
