@@ -34,7 +34,10 @@ def linear_accuracy(X, y, seed):
 
 
 def demo_table(n_samples=6000, seed=0, n_jobs=None, progress=True):
-    """Run the demo; return (rows of the table, AFLiteResult, seconds)."""
+    """Run the demo; return (measures, AFLiteResult, seconds).
+
+    ``measures`` maps each measure's name to its (before, after) values.
+    """
     if n_samples < 200:
         raise ValueError(f"--n-samples must be at least 200, got {n_samples}")
     data = make_biased_circles(n_samples, separation=0.3, random_state=seed)
@@ -45,23 +48,22 @@ def demo_table(n_samples=6000, seed=0, n_jobs=None, progress=True):
                     n_jobs=n_jobs, progress=progress)
     seconds = time.perf_counter() - start
     keep = result.keep
-    rows = [
-        ("rows", f"{len(y)}", f"{keep.size}"),
-        ("share with spurious feature", f"{data.is_biased.mean():.1%}", f"{data.is_biased[keep].mean():.1%}"),
-        ("linear model accuracy (5-fold CV)", f"{linear_accuracy(X, y, seed):.1%}",
-         f"{linear_accuracy(X[keep], y[keep], seed):.1%}"),
-        ("majority class share", f"{np.bincount(y).max() / len(y):.1%}",
-         f"{np.bincount(y[keep]).max() / keep.size:.1%}"),
-    ]
-    return rows, result, seconds
+    measures = {
+        "rows": (len(y), keep.size),
+        "share with spurious feature": (data.is_biased.mean(), data.is_biased[keep].mean()),
+        "linear model accuracy (5-fold CV)": (linear_accuracy(X, y, seed), linear_accuracy(X[keep], y[keep], seed)),
+        "majority class share": (np.bincount(y).max() / len(y), np.bincount(y[keep]).max() / keep.size),
+    }
+    return measures, result, seconds
 
 
 def run(args):
-    rows, result, seconds = demo_table(args.n_samples, args.seed, args.threads, not args.quiet)
-    width = max(len(r[0]) for r in rows)
+    measures, result, seconds = demo_table(args.n_samples, args.seed, args.threads, not args.quiet)
+    width = max(len(name) for name in measures)
     print(f"AFLite demo: circles + spurious features on 75% of rows "
           f"({len(result.history)} phases, {seconds:.1f} s; stopped: {result.stop_reason})")
     print(f"{'':{width}}  {'before':>8}  {'after':>8}")
-    for name, before, after in rows:
+    for name, values in measures.items():
+        before, after = (f"{v}" if name == "rows" else f"{v:.1%}" for v in values)
         print(f"{name:{width}}  {before:>8}  {after:>8}")
     return 0
