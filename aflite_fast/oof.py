@@ -1,0 +1,319 @@
+"""Out-of-sample (out-of-fold) predicted probabilities on the batched kernel.
+
+A drop-in fast replacement for::
+
+    cross_val_predict(LogisticRegression(C=C), X, y, cv=StratifiedKFold(...), method="predict_proba")
+
+which label-error tools such as cleanlab consume (``find_label_issues(labels, pred_probs)``).
+
+Design
+A. Every fold's model is one column of a uint8 membership matrix over the same rows, so all
+   K folds are trained by one call of the kernel (``kernel.train_models``): each solver step
+   evaluates all unfinished folds with one GEMM pass over X instead of K separate passes.
+   Folds may differ in size (StratifiedKFold's do), which ``engine.score_phase`` (equal-size
+   random partitions) does not express; ``_fit_predict_subsets`` below takes any training and
+   test sets and reuses the engine's block planner and the kernel's prediction pass.
+B. Held-out means "in this fold's test set", given separately from the training set, so a
+   custom splitter whose test sets do not cover the complement of the training set is
+   handled exactly as ``cross_val_predict`` would.
+C. With ``n_partitions=m`` the folds are replaced by AFLite's m random partitions of phase 0
+   (``engine.partition_train_positions``) and each row's probabilities are averaged over the
+   partitions that held it out; this path calls ``engine.score_phase`` itself, so its counts
+   are exactly :func:`aflite_fast.predictability`'s for the same ``random_state``.
+D. Results depend on the inputs, the folds and ``random_state`` only: the kernel's sums are
+   in fixed row blocks (aligned to row positions), so neither thread count, memory budget,
+   nor memory-mapped input changes them.
+"""
+import numbers
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import engine, kernel
+from ._memory import parse_memory
+from ._threads import effective_n_threads
+from .algorithm import validate_settings
+from .data import encode_labels, gather_rows, open_embeddings, scan_rows
+from .losses import resolve_loss
+
+
+@dataclass
+class OOFRun:
+    """Everything one out-of-sample run produced (used by :mod:`aflite_fast.label_issues`).
+
+    Attributes
+    ----------
+    proba : ndarray (N, n_classes) float32
+        Mean held-out probabilities; rows sum to 1 (NaN rows where ``seen == 0``).
+    seen, correct : ndarray (N,) int32
+        Held-out predictions of each row, and how many predicted the given label.
+    prob_label : ndarray (N,) float64
+        Summed held-out probability of the given label.
+    codes : ndarray (N,) int32
+        Label codes (index into ``classes``).
+    classes : ndarray (n_classes,)
+    n_iter, status : ndarray (n_models,) int32
+        L-BFGS iterations and exit status of each fold's / partition's model.
+    mode : str
+        "folds" or "partitions".
+    """
+
+    proba: np.ndarray
+    seen: np.ndarray
+    correct: np.ndarray
+    prob_label: np.ndarray
+    codes: np.ndarray
+    classes: np.ndarray
+    n_iter: np.ndarray
+    status: np.ndarray
+    mode: str
+
+    @property
+    def scores(self):
+        """AFLite predictability correct / seen (NaN where never held out)."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(self.seen > 0, self.correct / np.maximum(self.seen, 1), np.nan)
+
+
+def _check_C(C):
+    if isinstance(C, bool) or not isinstance(C, numbers.Real) or not C > 0 or not np.isfinite(C):
+        raise ValueError(f"C must be a positive number, got {C!r}")
+    return float(C)
+
+
+def _sklearn_seed(random_state):
+    """A seed StratifiedKFold accepts; an int is passed unchanged so the folds can be rebuilt."""
+    if isinstance(random_state, (int, np.integer)) and not isinstance(random_state, bool):
+        if random_state < 0:
+            raise ValueError(f"random_state must be non-negative, got {random_state}")
+        return int(random_state) % (2**32)
+    return engine.seed_entropy(random_state) % (2**32)
+
+
+def make_folds(cv, codes, random_state=None):
+    """(train, test) index pairs from an int, a splitter with ``split``, or an iterable of pairs.
+
+    An int K gives ``StratifiedKFold(K, shuffle=True, random_state=random_state)``, so the same
+    folds can be rebuilt with scikit-learn for an int ``random_state``.
+    """
+    n = codes.shape[0]
+    if isinstance(cv, numbers.Integral) and not isinstance(cv, bool):
+        from sklearn.model_selection import StratifiedKFold
+
+        if cv < 2:
+            raise ValueError(f"cv must be at least 2 folds, got {cv}")
+        smallest = int(np.bincount(codes).min())
+        if smallest < cv:
+            raise ValueError(f"cv={cv} folds need at least {cv} rows of every class; the smallest class has {smallest}")
+        cv = StratifiedKFold(int(cv), shuffle=True, random_state=_sklearn_seed(random_state))
+    if hasattr(cv, "split"):
+        pairs = cv.split(np.zeros((n, 1), dtype=np.uint8), codes)
+    else:
+        try:
+            pairs = iter(cv)
+        except TypeError:
+            raise ValueError(f"cv must be an int, a splitter with split(X, y), or (train, test) pairs; got {cv!r}") from None
+    folds = []
+    for k, pair in enumerate(pairs):
+        try:
+            train, test = pair
+        except (TypeError, ValueError):
+            raise ValueError(f"cv entry {k} is not a (train, test) pair") from None
+        train = np.asarray(train)
+        test = np.asarray(test)
+        if train.dtype == bool:
+            train = np.flatnonzero(train)
+        if test.dtype == bool:
+            test = np.flatnonzero(test)
+        if train.ndim != 1 or test.ndim != 1 or train.dtype.kind not in "iu" or test.dtype.kind not in "iu":
+            raise ValueError(f"cv entry {k}: train and test must be 1-D integer indices or boolean masks")
+        for name, idx in (("train", train), ("test", test)):
+            if idx.size and (idx.min() < 0 or idx.max() >= n):
+                raise ValueError(f"cv entry {k}: {name} indices out of range [0, {n})")
+        if train.size == 0 or test.size == 0:
+            raise ValueError(f"cv entry {k} has an empty train or test set")
+        folds.append((np.unique(train.astype(np.int64)), np.unique(test.astype(np.int64))))
+    if len(folds) == 0:
+        raise ValueError("cv produced no folds")
+    return folds
+
+
+def _fit_predict_subsets(X, codes, center, member, heldout, *, n_classes, C, loss, options,
+                         max_memory, n_threads):
+    """Train one model per column of ``member`` and accumulate predictions where ``heldout``.
+
+    Like ``engine.score_phase`` on the active set ``arange(N)``, but training sets are any
+    columns of ``member`` (N, K) and held-out sets any columns of ``heldout`` (N, K).
+    """
+    budget = parse_memory(max_memory)
+    n, d = X.shape
+    D = d + 1
+    K = member.shape[1]
+    blocks = engine.plan_blocks(member, budget, d, n_classes, options.history)
+    coef = np.zeros((K, D, n_classes))
+    n_iter = np.zeros(K, dtype=np.int32)
+    status = np.zeros(K, dtype=np.int32)
+    Ck = engine.kernel_C(C, n_classes)
+    for block in blocks:
+        bm = member[:, block]
+        union = np.flatnonzero(bm.any(axis=1))
+        Xa = gather_rows(X, union, center, np.empty((union.size, D), dtype=np.float32))
+        coef_b, info = kernel.train_models(
+            Xa, codes[union], np.ascontiguousarray(bm[union]), n_classes, C=Ck, loss=loss,
+            coef=np.ascontiguousarray(coef[block]), positions=union, options=options,
+            n_threads=n_threads)
+        coef[block] = coef_b
+        n_iter[block] = info["n_iter"]
+        status[block] = info["status"]
+        del Xa
+    seen = np.zeros(n, dtype=np.int32)
+    correct = np.zeros(n, dtype=np.int32)
+    prob_label = np.zeros(n, dtype=np.float64)
+    proba_sum = np.zeros((n, n_classes), dtype=np.float64)
+    W = kernel.stack_weights(coef)
+    rows = np.flatnonzero(heldout.any(axis=1))
+    per_row = D * 4 + K * n_classes * 4 + K + 64
+    chunk = int(max(1024, min(max(rows.size, 1), (budget // 2) // per_row)))
+    for s0 in range(0, rows.size, chunk):
+        r = rows[s0:s0 + chunk]
+        Xa = gather_rows(X, r, center, np.empty((r.size, D), dtype=np.float32))
+        s_seen, s_correct = seen[r], correct[r]
+        s_prob, s_sum = prob_label[r], proba_sum[r]
+        kernel.predict_accumulate(Xa, codes[r], np.ascontiguousarray(heldout[r]), W, n_classes,
+                                  s_seen, s_correct, s_prob, s_sum, n_threads)
+        seen[r], correct[r], prob_label[r], proba_sum[r] = s_seen, s_correct, s_prob, s_sum
+    return seen, correct, prob_label, proba_sum, n_iter, status
+
+
+def _normalize(proba_sum, seen):
+    """Mean probability vectors as float32 rows summing to 1; NaN rows where seen == 0."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = proba_sum / proba_sum.sum(axis=1, keepdims=True)
+    mean[seen == 0] = np.nan
+    return mean.astype(np.float32)
+
+
+def oof_run(X, y, *, cv=5, C=1.0, loss="ce", loss_params=None, n_partitions=None, train_size=None,
+            max_memory=None, random_state=None, n_jobs=None, tol=1e-4, max_iter=1000):
+    """Run the kernel once and return every held-out statistic (see :class:`OOFRun`).
+
+    Parameters are those of :func:`oof_predict_proba`.
+    """
+    X = open_embeddings(X)
+    n_rows = X.shape[0]
+    C = _check_C(C)
+    options = kernel.SolverOptions(tol=tol, max_iter=max_iter)
+    n_threads = effective_n_threads(n_jobs)
+    parse_memory(max_memory)  # fail early on a bad budget string
+    if n_partitions is not None:
+        labels = encode_labels(y, n_rows)
+        spec = resolve_loss(loss, loss_params, labels.n_classes)
+        settings = validate_settings(n_rows, target_size=0, n_partitions=n_partitions,
+                                     train_size=0.5 if train_size is None else train_size,
+                                     slice_size=1, tau=0.5, C=C)
+        center = scan_rows(X).astype(np.float32)
+        t = settings.train_rows(n_rows)
+        train_pos = engine.partition_train_positions(engine.seed_entropy(random_state), 0, n_rows, t,
+                                                     settings.n_partitions)
+        proba_sum = np.zeros((n_rows, labels.n_classes), dtype=np.float64)
+        res = engine.score_phase(X, labels.codes, np.arange(n_rows, dtype=np.int64), center, train_pos,
+                                 n_classes=labels.n_classes, C=C, loss=spec, options=options,
+                                 max_memory=max_memory, n_threads=n_threads, proba_sum=proba_sum)
+        seen, correct, prob_label, n_iter, status = res.seen, res.correct, res.prob_label, res.n_iter, res.status
+        mode = "partitions"
+        n_missing = int(np.count_nonzero(seen == 0))
+        if n_missing:
+            warnings.warn(f"{n_missing} row(s) were in every partition's training set and have no "
+                          "out-of-sample probabilities (NaN); raise n_partitions or lower train_size",
+                          RuntimeWarning, stacklevel=3)
+    else:
+        if train_size is not None:
+            raise ValueError("train_size applies to n_partitions mode only; with cv the folds fix the training sets")
+        labels = encode_labels(y, n_rows)
+        spec = resolve_loss(loss, loss_params, labels.n_classes)
+        folds = make_folds(cv, labels.codes, random_state)
+        K = len(folds)
+        member = np.zeros((n_rows, K), dtype=np.uint8)
+        heldout = np.zeros((n_rows, K), dtype=np.uint8)
+        for k, (train, test) in enumerate(folds):
+            member[train, k] = 1
+            heldout[test, k] = 1
+            missing = np.setdiff1d(np.arange(labels.n_classes), labels.codes[train])
+            if missing.size:
+                raise ValueError(f"fold {k}'s training set has no row of class {labels.classes[missing[0]]!r}; "
+                                 "use stratified folds or fewer of them")
+        covered = heldout.any(axis=1)
+        if not covered.all():
+            raise ValueError(f"{int(np.count_nonzero(~covered))} row(s) are in no test set; "
+                             "the folds' test sets must cover every row")
+        center = scan_rows(X).astype(np.float32)
+        seen, correct, prob_label, proba_sum, n_iter, status = _fit_predict_subsets(
+            X, labels.codes, center, member, heldout, n_classes=labels.n_classes, C=C, loss=spec,
+            options=options, max_memory=max_memory, n_threads=n_threads)
+        mode = "folds"
+    return OOFRun(proba=_normalize(proba_sum, seen), seen=seen, correct=correct, prob_label=prob_label,
+                  codes=labels.codes, classes=labels.classes, n_iter=n_iter, status=status, mode=mode)
+
+
+def oof_predict_proba(X, y, *, cv=5, C=1.0, loss="ce", loss_params=None, n_partitions=None,
+                      train_size=None, max_memory=None, random_state=None, n_jobs=None, tol=1e-4,
+                      max_iter=1000):
+    """Out-of-sample predicted probabilities of every row, all folds trained in one kernel call.
+
+    With ``loss="ce"`` and the same folds this equals
+    ``cross_val_predict(LogisticRegression(C=C), X, y, cv=folds, method="predict_proba")``
+    up to the solvers' tolerance.
+
+    Parameters
+    ----------
+    X : ndarray, numpy.memmap or path to a ``.npy`` file, shape (N, d)
+        Embeddings, float16/float32/float64; memory maps are read in chunks, never copied whole.
+    y : array-like of shape (N,)
+        Labels of any sortable type; columns of the output follow ``np.unique(y)``.
+    cv : int, splitter or iterable of (train, test) pairs, default=5
+        An int K gives stratified K folds (``StratifiedKFold(K, shuffle=True,
+        random_state=random_state)``); a scikit-learn splitter is called as
+        ``cv.split(X, y)``; pairs are index arrays or boolean masks.  Every row must be in at
+        least one test set (rows in several are averaged).  Ignored when ``n_partitions`` is set.
+    C : float, default=1.0
+        Inverse L2 strength (scikit-learn's meaning; the intercept is not penalized).
+    loss : str, default="ce"
+        Training loss (see :data:`aflite_fast.LOSS_NAMES`); ``loss_params`` its parameters,
+        e.g. ``{"q": 0.7}`` for "gce".
+    loss_params : dict, optional
+    n_partitions : int, optional
+        Instead of folds, train m models on random training sets of ``train_size`` rows (AFLite's
+        partitions) and average each row's probabilities over the models that held it out.
+    train_size : int or float, optional
+        Rows (or a fraction of them) per partition; default 0.5.  Only with ``n_partitions``.
+    max_memory : int or str, optional
+        Budget of training rows and prediction chunks (e.g. ``"2GB"``); changes speed, never results.
+    random_state : None, int or numpy.random.Generator
+        Seeds the folds (or partitions).
+    n_jobs : int, optional
+        Threads (None: all cores); results do not depend on it.
+    tol, max_iter : float, int
+        Each model's L-BFGS stopping rules (max |gradient| of mean loss + L2 term; iterations).
+
+    Returns
+    -------
+    proba : ndarray of shape (N, n_classes), float32
+        Rows sum to 1.  In ``n_partitions`` mode a row never held out is NaN (with a warning).
+
+    Raises
+    ------
+    ValueError
+        For inconsistent inputs (shapes, NaN/inf in X, a single class, a class with fewer rows
+        than folds, folds whose test sets miss rows or whose training set misses a class, ...).
+
+    Examples
+    --------
+    >>> from aflite_fast import oof_predict_proba
+    >>> P = oof_predict_proba("emb.npy", y, cv=5, C=1.0, random_state=0)   # doctest: +SKIP
+    >>> from cleanlab.filter import find_label_issues
+    >>> issues = find_label_issues(labels=y, pred_probs=P)                  # doctest: +SKIP
+    """
+    return oof_run(X, y, cv=cv, C=C, loss=loss, loss_params=loss_params, n_partitions=n_partitions,
+                   train_size=train_size, max_memory=max_memory, random_state=random_state,
+                   n_jobs=n_jobs, tol=tol, max_iter=max_iter).proba
