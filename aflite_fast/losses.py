@@ -1,26 +1,70 @@
 """Registry of the losses the kernel trains with, shared by the API and the command line.
 
-For CE, GCE, truncated GCE, MAE and SCE the gradient w.r.t. the logits is
-``w(p_y) * (p - e_y)``; the compiled kernel evaluates them with one loop
-(``csrc/afl_losses.h``).  ``forward`` is cross-entropy of ``T^T p`` for a noise
-transition matrix ``T`` (Patrini et al., 2017).
+Every loss is a function of one row's logits ``z`` and label ``y``; ``p = softmax(z)``.
+
+========== ====================================== ========================= =================
+name       per-row loss                           logit gradient            parameters
+========== ====================================== ========================= =================
+ce         ``-log p_y``                           ``p - e_y``
+gce        ``(1 - p_y**q) / q``                   ``p_y**q (p - e_y)``      q=0.7
+gce_trunc  ``L_q(max(p_y, k))`` (flat below k)    as gce, 0 where p_y <= k  q=0.7, k=0.5
+mae        ``2 - 2 p_y``                          ``2 p_y (p - e_y)``
+sce        ``alpha CE - beta A (1 - p_y)``        ``(alpha - beta A p_y)``  alpha=0.1, beta=1,
+                                                  ``(p - e_y)``             A=-4
+forward    ``-log (T^T p)_y``                     ``p - pi`` (see below)    T (C x C)
+========== ====================================== ========================= =================
+
+References: GCE and truncated GCE, Zhang & Sabuncu (NeurIPS 2018); MAE, Ghosh et al. (AAAI
+2017); SCE, Wang et al. (ICCV 2019); forward correction, Patrini et al. (CVPR 2017), with
+``T[i, j] = P(noisy label j | true label i)`` and ``pi_c = T[c, y] p_c / (T^T p)_y``.
+
+For the first five the gradient w.r.t. the logits is ``w(p_y) * (p - e_y)``; the compiled
+kernel evaluates them with one loop (``csrc/afl_losses.h``).  A loss written in Python and
+compiled with Numba plugs into the same loop: see :mod:`aflite_fast.user_loss`.
+
+GCE, truncated GCE, MAE and SCE are not convex in the weights; the L-BFGS solver keeps only
+curvature pairs with ``s^T y > 0`` and restarts from steepest descent when needed, and it
+converges to a stationary point that depends on the starting point (zeros by default).
+
+``gce_trunc`` has zero gradient at the uniform starting point (every ``p_y = 1/C <= k`` for
+``k >= 1/C``), so trained from zeros it stays there.  Zhang & Sabuncu start pruning only after
+training with plain ``L_q``; :class:`LossSpec` records that as ``warmup`` (a spec of plain
+``gce`` with the same q): a caller starting from zeros trains with ``spec.warmup`` first and
+then continues from that solution with ``spec`` (see :func:`needs_warmup`).
 """
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 
 # codes match the enum in csrc/afl_losses.h
 _CODES = {"ce": 0, "gce": 1, "gce_trunc": 2, "mae": 3, "sce": 4, "forward": 5, "user": 6}
+_USER_CODE = _CODES["user"]
 
 
 @dataclass(frozen=True)
 class LossSpec:
-    """A loss resolved for the kernel: integer code, float64 parameters, function address."""
+    """A loss resolved for the kernel.
+
+    Attributes
+    ----------
+    name : str
+        Registry name (or the user loss's name).
+    code : int
+        Integer code of ``csrc/afl_losses.h``.
+    params : ndarray of float64
+        Parameters passed to the per-row function (at least one entry).
+    address : int
+        Address of the user function (code 6), else 0.
+    warmup : LossSpec or None
+        Loss to train with first when starting from zeros (``gce_trunc``), else None.
+    """
 
     name: str
     code: int
     params: np.ndarray
     address: int = 0
+    warmup: Optional["LossSpec"] = None
 
 
 def _gce_params(params, n_classes):
@@ -42,8 +86,9 @@ def _sce_params(params, n_classes):
     alpha = float(params.pop("alpha", 0.1))
     beta = float(params.pop("beta", 1.0))
     A = float(params.pop("A", -4.0))
-    if alpha < 0 or beta < 0 or A >= 0:
-        raise ValueError("sce: need alpha >= 0, beta >= 0 and A < 0")
+    if not (alpha >= 0 and beta >= 0 and alpha + beta > 0 and A < 0):
+        raise ValueError(f"sce: need alpha >= 0, beta >= 0 (not both 0) and A < 0, got "
+                         f"alpha={alpha}, beta={beta}, A={A}")
     return [alpha, beta, A]
 
 
@@ -53,8 +98,12 @@ def _forward_params(params, n_classes):
     T = np.asarray(params.pop("T"), dtype=np.float64)
     if T.shape != (n_classes, n_classes):
         raise ValueError(f"forward: T must have shape {(n_classes, n_classes)}, got {T.shape}")
-    if np.any(T < 0) or not np.allclose(T.sum(axis=1), 1.0, atol=1e-6):
-        raise ValueError("forward: T must be non-negative with rows summing to 1")
+    if not np.all(np.isfinite(T)) or np.any(T < 0) or not np.allclose(T.sum(axis=1), 1.0, atol=1e-6):
+        raise ValueError("forward: T must be finite and non-negative with rows summing to 1")
+    empty = np.flatnonzero(T.sum(axis=0) <= 0)
+    if empty.size:
+        raise ValueError(f"forward: column(s) {empty.tolist()} of T are all zero, so those labels "
+                         "could never be observed; T[i, j] is P(noisy label j | true label i)")
     return list(T.ravel())
 
 
@@ -71,17 +120,59 @@ _PARAMS = {
 LOSS_NAMES = tuple(_PARAMS)
 
 
+def _check_spec(spec):
+    if not isinstance(spec.code, (int, np.integer)) or not 0 <= spec.code <= _USER_CODE:
+        raise ValueError(f"LossSpec {spec.name!r}: unknown loss code {spec.code!r}")
+    params = np.asarray(spec.params)
+    if params.dtype != np.float64 or params.ndim != 1 or params.size == 0 or not params.flags.c_contiguous:
+        raise ValueError(f"LossSpec {spec.name!r}: params must be a non-empty 1-d C-contiguous "
+                         "float64 array")
+    if spec.code == _USER_CODE and not spec.address:
+        raise ValueError(f"LossSpec {spec.name!r}: a user loss (code 6) needs the address of its "
+                         "compiled function; build it with aflite_fast.user_loss.UserLoss")
+    if spec.code != _USER_CODE and spec.address:
+        raise ValueError(f"LossSpec {spec.name!r}: only user losses (code 6) take an address")
+    return spec
+
+
 def resolve_loss(loss="ce", loss_params=None, n_classes=2):
-    """Turn ``loss`` (a name or a :class:`LossSpec`) and its parameters into a LossSpec."""
+    """Turn ``loss`` and its parameters into a :class:`LossSpec`.
+
+    Parameters
+    ----------
+    loss : str, LossSpec or object with ``as_loss_spec(loss_params)``
+        A name from :data:`LOSS_NAMES`, an already resolved spec (``loss_params`` must then
+        be empty), or a user loss (:class:`aflite_fast.user_loss.UserLoss`).
+    loss_params : dict, optional
+        Parameters of the loss, e.g. ``{"q": 0.7}``; unknown names are an error.
+    n_classes : int
+        Number of classes (checked against the shape of ``T`` for "forward").
+
+    Returns
+    -------
+    LossSpec
+    """
     if isinstance(loss, LossSpec):
-        return loss
-    if hasattr(loss, "as_loss_spec"):  # user losses (see aflite_fast.user_loss, issue 4)
-        return loss.as_loss_spec(loss_params)
+        if loss_params:
+            raise ValueError(f"loss {loss.name!r} is already resolved; it takes no parameters "
+                             f"(got {', '.join(sorted(loss_params))})")
+        return _check_spec(loss)
+    if hasattr(loss, "as_loss_spec"):  # user losses (aflite_fast.user_loss)
+        return _check_spec(loss.as_loss_spec(dict(loss_params or {})))
     if not isinstance(loss, str) or loss not in _PARAMS:
-        raise ValueError(f"unknown loss {loss!r}; choose one of {', '.join(LOSS_NAMES)}")
+        raise ValueError(f"unknown loss {loss!r}; choose one of {', '.join(LOSS_NAMES)} "
+                         "or pass an aflite_fast.user_loss.UserLoss")
     params = dict(loss_params or {})
     values = _PARAMS[loss](params, n_classes)
     if params:
         raise ValueError(f"loss {loss!r} does not take parameter(s) {', '.join(sorted(params))}")
     arr = np.asarray(values, dtype=np.float64)
-    return LossSpec(loss, _CODES[loss], arr if arr.size else np.zeros(1), 0)
+    warmup = None
+    if loss == "gce_trunc":
+        warmup = LossSpec("gce", _CODES["gce"], arr[:1].copy(), 0)
+    return LossSpec(loss, _CODES[loss], arr if arr.size else np.zeros(1), 0, warmup)
+
+
+def needs_warmup(spec):
+    """True when ``spec`` must be warm-started (by training with ``spec.warmup``) from zeros."""
+    return spec.warmup is not None
