@@ -10,6 +10,8 @@ SUPPORTED_DTYPES = (np.float16, np.float32, np.float64)
 
 #: Rows read at a time by scans over X (validation, mean).
 SCAN_CHUNK_BYTES = 64 << 20
+#: Rows (in X's dtype) read at a time by :func:`gather_rows`; its only scratch buffer.
+GATHER_CHUNK_BYTES = 8 << 20
 
 
 def open_embeddings(X):
@@ -102,23 +104,46 @@ def encode_labels(y, n_rows=None, min_per_class=2):
     except TypeError as exc:
         raise ValueError(f"labels cannot be sorted into classes: {exc}") from exc
     if len(classes) < 2:
-        raise ValueError(f"y holds a single class ({classes[0]!r}); need at least two")
+        raise ValueError(f"y holds a single class ({classes[:1].tolist()[0]!r}); need at least two")
     counts = np.bincount(codes, minlength=len(classes))
     if counts.min() < min_per_class:
-        small = classes[np.argmin(counts)]
+        i = int(np.argmin(counts))
+        small = classes[i:i + 1].tolist()[0]  # a Python value: "9", not "np.int64(9)"
         raise ValueError(f"class {small!r} has {counts.min()} row(s); each class needs at least {min_per_class}")
     return Labels(classes=classes, codes=codes.astype(np.int32, copy=False))
 
 
-def gather_rows(X, rows, center, out):
+def gather_rows(X, rows, center, out, chunk_bytes=None):
     """Write ``X[rows] - center`` (float32) and a trailing ones column into ``out``.
 
-    ``rows`` must be sorted so a memory-mapped file is read front to back.
+    ``rows`` must be sorted so a memory-mapped file is read front to back.  Rows are read in
+    pieces of at most ``chunk_bytes`` (default :data:`GATHER_CHUNK_BYTES`) of the source dtype: a contiguous run of rows
+    is converted straight from the (memory-mapped) file into ``out``; any other piece goes
+    through one reused buffer of that size.  So a gather never holds a copy of its rows in
+    the source dtype (``X[rows]`` would: as large as ``out`` itself for float32), and its
+    anonymous memory is ``out`` plus that constant, whatever the number of rows.
     """
-    block = X[rows] if not isinstance(X, np.memmap) or rows.size == 0 else np.asarray(X[rows])
+    rows = np.asarray(rows, dtype=np.int64)
+    n = rows.size
     d = X.shape[1]
-    np.subtract(block, center, out=out[:, :d], casting="unsafe")
+    if out.shape != (n, d + 1):
+        raise ValueError(f"out must have shape {(n, d + 1)}, got {out.shape}")
     out[:, d] = 1.0
+    if n == 0:
+        return out
+    chunk_bytes = GATHER_CHUNK_BYTES if chunk_bytes is None else int(chunk_bytes)
+    piece = max(1, chunk_bytes // max(1, d * X.dtype.itemsize))
+    buf = None
+    for i0 in range(0, n, piece):
+        i1 = min(n, i0 + piece)
+        a, b = int(rows[i0]), int(rows[i1 - 1]) + 1
+        if b - a == i1 - i0:  # a contiguous run: a view of X, no copy
+            src = X[a:b]
+        else:
+            if buf is None:
+                buf = np.empty((min(piece, n), d), dtype=X.dtype)
+            src = np.take(X, rows[i0:i1], axis=0, out=buf[:i1 - i0])
+        np.subtract(src, center, out=out[i0:i1, :d], casting="unsafe")
     return out
 
 

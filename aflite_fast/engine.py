@@ -11,8 +11,17 @@ For a phase on the active rows S (sorted row indices) the engine
    together, accumulating per row: held-out predictions seen, correct, and the summed
    probability of the label.
 
-So each phase reads X (number of blocks + 1) times at most; with the default budget and
-data that fits in memory there is a single block.
+So each phase reads X (number of blocks + 1) times at most: each block reads only its
+training rows (a sorted subset of S), the prediction pass reads every active row once.  With
+the default budget and data that fits in memory there is a single block.
+
+Memory (``max_memory``, see :func:`phase_overhead_bytes`): the budget first pays for the
+arrays that grow with the number of rows (the n_active x m membership matrix, per-row
+counts, the caller's per-row arrays, the models); what is left sets the blocks of partitions
+(:func:`training_bytes`) and the prediction chunk size.  Gathers never copy rows in the
+source dtype beyond :data:`aflite_fast.data.GATHER_CHUNK_BYTES`.  Anonymous memory therefore
+stays within ``max_memory`` plus a constant (interpreter, libraries, thread stacks, small
+buffers); docs/out_of_core.md has the measurements.
 """
 import time
 from dataclasses import dataclass, field
@@ -22,7 +31,7 @@ import numpy as np
 from . import kernel
 from ._memory import parse_memory
 from ._rows import membership_matrix
-from .data import gather_rows
+from .data import GATHER_CHUNK_BYTES, gather_rows
 
 
 def seed_entropy(random_state):
@@ -66,37 +75,83 @@ def kernel_C(C, n_classes):
 
 
 def training_bytes(n_rows, n_models, n_features, n_classes, history):
-    """Scratch bytes of one kernel call training ``n_models`` models on ``n_rows`` rows."""
+    """Scratch bytes of one kernel call training ``n_models`` models on ``n_rows`` rows.
+
+    Per row: the float32 rows with their ones column, the float32 logits of every model, the
+    membership mask, and the row indices, positions and label codes gathered for the block.
+    Per model: the L-BFGS state (``2 * history + 4`` vectors), the block's coefficients and
+    the transposed weights and gradient of the batched GEMM.
+    """
     D = n_features + 1
     P = D * n_classes
-    rows = n_rows * (D * 4 + n_models * n_classes * 4 + n_models + 8)
+    rows = n_rows * (D * 4 + n_models * n_classes * 4 + n_models + 24)
     solver = n_models * P * 8 * (2 * history + 6) + D * n_models * n_classes * 12
     return rows + solver
 
 
-def plan_blocks(member, budget, n_features, n_classes, history):
+def prediction_row_bytes(n_features, n_models, n_classes, with_proba=False):
+    """Bytes per row of a prediction chunk: float32 rows, logits of all models, held-out mask,
+    label codes (and nothing for ``proba_sum``, which the caller owns)."""
+    return (n_features + 1) * 4 + n_models * n_classes * 4 + n_models + 16
+
+
+def gather_chunk_bytes(budget):
+    """Scratch of one gather (rows in X's dtype): a 64th of the budget, at most
+    :data:`aflite_fast.data.GATHER_CHUNK_BYTES`."""
+    return int(min(GATHER_CHUNK_BYTES, max(4096, budget // 64)))
+
+
+def phase_overhead_bytes(n_rows, n_active, n_models, train_size, n_features, n_classes,
+                         with_proba=False, budget=None):
+    """Bytes a phase holds outside its blocks and chunks; they grow with the number of rows.
+
+    Engine, per active row: the uint8 membership matrix (``n_models`` bytes), the counts
+    ``seen``/``correct``/``prob_label`` (16 bytes), the union mask and ``plan_blocks``
+    temporaries (3 bytes), ``proba_sum`` when asked for (8 bytes per class).  Caller (the
+    AFLite loop), per row of X: label codes, active indices, scores and their temporaries
+    (about 48 bytes).  Training positions (8 bytes each), the models in float64 (twice: the
+    phase's and the warm start) and float32 (the prediction operand), and the gather buffer
+    (:func:`gather_chunk_bytes` of ``budget``).
+    """
+    D = n_features + 1
+    per_active = n_models + 16 + 3 + (8 * n_classes if with_proba else 0)
+    per_row = 48
+    models = n_models * D * n_classes * (8 * 2 + 4)
+    return (n_active * per_active + n_rows * per_row + n_models * train_size * 8 + models
+            + (GATHER_CHUNK_BYTES if budget is None else gather_chunk_bytes(budget)))
+
+
+def plan_blocks(member, budget, n_features, n_classes, history, overhead=0):
     """Group partitions (columns of ``member``) into blocks whose training rows fit ``budget``.
 
     Greedy in partition order; the grouping changes speed and memory, never results.
+    ``overhead`` (bytes already taken from the budget, see :func:`phase_overhead_bytes`)
+    only enters the error message.
+
+    Raises
+    ------
+    MemoryError
+        If one partition's training rows alone do not fit.
     """
     n, m = member.shape
     blocks, current = [], []
     in_union = np.zeros(n, dtype=bool)
     count = 0
     for j in range(m):
-        col = member[:, j].astype(bool)
+        col = member[:, j].view(bool)
         new_count = count + int(np.count_nonzero(col & ~in_union))
         need = training_bytes(new_count, len(current) + 1, n_features, n_classes, history)
         if current and need > budget:
             blocks.append(current)
-            current, in_union, count = [], np.zeros(n, dtype=bool), 0
+            current, count = [], 0
+            in_union[:] = False
             new_count = int(np.count_nonzero(col))
             need = training_bytes(new_count, 1, n_features, n_classes, history)
         if need > budget:
             raise MemoryError(
-                f"max_memory={budget / 1e9:.3g} GB is too small to train one partition "
-                f"({new_count} rows x {n_features} features needs {need / 1e9:.3g} GB); "
-                "raise max_memory or lower train_size")
+                f"max_memory={(budget + overhead) / 1e9:.3g} GB is too small to train one partition: "
+                f"{new_count} rows x {n_features} features need {need / 1e9:.3g} GB on top of "
+                f"{overhead / 1e9:.3g} GB of per-row arrays; raise max_memory or lower train_size")
         current.append(j)
         in_union |= col
         count = new_count
@@ -107,7 +162,12 @@ def plan_blocks(member, budget, n_features, n_classes, history):
 
 @dataclass
 class PhaseScores:
-    """Per-row results of one phase, indexed by position in the active set."""
+    """Per-row results of one phase, indexed by position in the active set.
+
+    ``seconds`` holds wall time of training (``train``) and prediction (``predict``), and of
+    the reads of X inside each (``read_train``, ``read_predict``); ``n_blocks`` and
+    ``n_chunks`` count the blocks of partitions and the prediction chunks.
+    """
 
     seen: np.ndarray
     correct: np.ndarray
@@ -117,6 +177,7 @@ class PhaseScores:
     status: np.ndarray
     n_blocks: int
     seconds: dict = field(default_factory=dict)
+    n_chunks: int = 1
 
     @property
     def scores(self):
@@ -152,45 +213,73 @@ def score_phase(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="
     options = options or kernel.SolverOptions()
     budget = parse_memory(max_memory)
     n_active = active.size
-    m = train_pos.shape[0]
+    m, t = train_pos.shape
     d = X.shape[1]
     D = d + 1
+    overhead = phase_overhead_bytes(X.shape[0], n_active, m, t, d, n_classes, proba_sum is not None,
+                                    budget=budget)
+    gather_bytes = gather_chunk_bytes(budget)
+    if overhead >= budget:
+        raise MemoryError(
+            f"max_memory={budget / 1e9:.3g} GB does not cover the per-row arrays of this phase "
+            f"({overhead / 1e9:.3g} GB for {n_active} active rows and {m} partitions); "
+            "raise max_memory or lower n_partitions")
+    budget -= overhead
     member = membership_matrix(train_pos, n_active, np.empty((n_active, m), dtype=np.uint8))
-    blocks = plan_blocks(member, budget, d, n_classes, options.history)
+    blocks = plan_blocks(member, budget, d, n_classes, options.history, overhead)
     coef = (np.zeros((m, D, n_classes)) if warm_coef is None else np.array(warm_coef, dtype=np.float64))
     n_iter = np.zeros(m, dtype=np.int32)
     status = np.zeros(m, dtype=np.int32)
     Ck = kernel_C(C, n_classes)
+    read_seconds = 0.0
     t0 = time.perf_counter()
+    in_block = np.empty(n_active, dtype=bool)
     for block in blocks:
-        bm = member[:, block]
-        union = np.flatnonzero(bm.any(axis=1))
-        Xa = gather_rows(X, active[union], center, np.empty((union.size, D), dtype=np.float32))
+        # union of the block's training rows, without an n_active x len(block) copy of member
+        in_block[:] = False
+        for j in block:
+            np.logical_or(in_block, member[:, j], out=in_block)
+        union = np.flatnonzero(in_block)
+        bm = member[np.ix_(union, block)]
+        rows = active[union]
+        r0 = time.perf_counter()
+        Xa = gather_rows(X, rows, center, np.empty((union.size, D), dtype=np.float32), gather_bytes)
+        read_seconds += time.perf_counter() - r0
         coef_b = np.ascontiguousarray(coef[block])
         coef_b, info = kernel.train_models(
-            Xa, codes[active[union]], np.ascontiguousarray(bm[union]), n_classes, C=Ck, loss=loss,
-            loss_params=loss_params, coef=coef_b, positions=union, options=options, n_threads=n_threads)
+            Xa, codes[rows], bm, n_classes, C=Ck, loss=loss, loss_params=loss_params,
+            coef=coef_b, positions=union, options=options, n_threads=n_threads)
         coef[block] = coef_b
         n_iter[block] = info["n_iter"]
         status[block] = info["status"]
-        del Xa
+        del Xa, bm, rows, union, coef_b
         if on_block is not None:
             on_block()
+    del in_block
     t1 = time.perf_counter()
+    train_read = read_seconds
     seen = np.zeros(n_active, dtype=np.int32)
     correct = np.zeros(n_active, dtype=np.int32)
     prob_label = np.zeros(n_active, dtype=np.float64)
     W = kernel.stack_weights(coef)
-    per_row = D * 4 + m * n_classes * 4 + m + 64
-    chunk = int(max(1024, min(n_active, (budget // 2) // per_row)))
+    per_row = prediction_row_bytes(d, m, n_classes)
+    chunk = int(max(16, min(n_active, budget // per_row)))
     for s0 in range(0, n_active, chunk):
         s1 = min(n_active, s0 + chunk)
-        Xa = gather_rows(X, active[s0:s1], center, np.empty((s1 - s0, D), dtype=np.float32))
-        heldout = np.ascontiguousarray(1 - member[s0:s1])
+        r0 = time.perf_counter()
+        Xa = gather_rows(X, active[s0:s1], center, np.empty((s1 - s0, D), dtype=np.float32),
+                         gather_bytes)
+        read_seconds += time.perf_counter() - r0
+        heldout = np.subtract(1, member[s0:s1], dtype=np.uint8)
         kernel.predict_accumulate(
             Xa, codes[active[s0:s1]], heldout, W, n_classes, seen[s0:s1], correct[s0:s1],
             prob_label[s0:s1], None if proba_sum is None else proba_sum[s0:s1], n_threads)
+        del Xa, heldout
+        if on_block is not None:
+            on_block()
     t2 = time.perf_counter()
     return PhaseScores(seen=seen, correct=correct, prob_label=prob_label, coef=coef, n_iter=n_iter,
                        status=status, n_blocks=len(blocks),
-                       seconds={"train": t1 - t0, "predict": t2 - t1})
+                       seconds={"train": t1 - t0, "predict": t2 - t1, "read_train": train_read,
+                                "read_predict": read_seconds - train_read},
+                       n_chunks=-(-n_active // chunk))

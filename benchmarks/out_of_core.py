@@ -1,0 +1,336 @@
+"""Out-of-core benchmark: ``aflite-fast filter`` on a .npy larger than its memory limit.
+
+a. Writes an N x d float32 .npy of several GB (skewed feature variances, a shared offset,
+   three classes that depend on a few directions plus noise) and its labels.
+b. Creates a child memory cgroup (v1 ``memory.limit_in_bytes`` or v2 ``memory.max``) below
+   the one this process runs in, with a limit smaller than the file, and proves the limit is
+   enforced: a process that allocates more than the limit is killed.
+c. Runs the filter command (``aflite_fast.cli.main(["filter", ...])``, what the
+   ``aflite-fast`` script runs) inside that cgroup, in a child process which also
+   - drops the page cache and times one sequential read of the file (before and after),
+   - samples its anonymous memory (RssAnon of /proc/self/status) every 10 ms,
+   - records each phase's seconds (training, prediction, and the reads of X inside them)
+     by wrapping ``engine.score_phase`` (results untouched).
+d. Prints a Markdown table and writes everything measured to a JSON file; deletes the
+   big file unless ``--keep-file``.
+
+Needs root (cgroups, drop_caches).  Example (about 3.1 GB file, 1.5 GiB limit)::
+
+    python benchmarks/out_of_core.py --rows 1000000 --dim 768 --limit 1.5GiB --max-memory 1GB
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+# ---------------------------------------------------------------------------- data
+def write_data(path, labels_path, n, d, seed, chunk=50_000):
+    """Skewed variances (std (1+k)^-0.75), offset, labels = argmax(3 directions + noise)."""
+    rng = np.random.default_rng(seed)
+    scale = ((1.0 + np.arange(d)) ** -0.75).astype(np.float32)
+    offset = rng.uniform(1.0, 3.0, size=d).astype(np.float32)
+    A = np.zeros((d, 3), dtype=np.float32)
+    A[:8] = rng.standard_normal((8, 3)) * 2.0
+    X = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(n, d))
+    y = np.empty(n, dtype=np.int64)
+    for s in range(0, n, chunk):
+        e = min(n, s + chunk)
+        Z = rng.standard_normal((e - s, d), dtype=np.float32)
+        logits = Z @ A + rng.gumbel(size=(e - s, 3)).astype(np.float32)
+        y[s:e] = np.argmax(logits, axis=1)
+        Z *= scale
+        Z += offset
+        X[s:e] = Z
+    X.flush()
+    del X
+    np.save(labels_path, y)
+
+
+# ---------------------------------------------------------------------------- cgroups
+def own_memory_cgroup():
+    """(version, path) of the memory cgroup this process belongs to."""
+    with open("/proc/self/cgroup") as fh:
+        lines = [ln.strip().split(":", 2) for ln in fh if ln.strip()]
+    for _, controllers, rel in lines:
+        if "memory" in controllers.split(","):
+            return 1, "/sys/fs/cgroup/memory" + rel
+    if os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
+        rel = [rel for h, _, rel in lines if h == "0"][0]
+        return 2, "/sys/fs/cgroup" + rel
+    raise RuntimeError("no memory cgroup found")
+
+
+class MemoryCgroup:
+    """A child memory cgroup with a hard limit."""
+
+    def __init__(self, name, limit):
+        self.version, parent = own_memory_cgroup()
+        self.path = os.path.join(parent, name)
+        os.makedirs(self.path, exist_ok=True)
+        self.limit = int(limit)
+        knob = "memory.limit_in_bytes" if self.version == 1 else "memory.max"
+        self._write(knob, str(self.limit))
+        if self.version == 1 and os.path.exists(os.path.join(self.path, "memory.memsw.limit_in_bytes")):
+            try:  # no swap on this machine; keep swap from hiding anything if there is some
+                self._write("memory.memsw.limit_in_bytes", str(self.limit))
+            except OSError:
+                pass
+
+    def _write(self, name, value):
+        with open(os.path.join(self.path, name), "w") as fh:
+            fh.write(value)
+
+    def read(self, name):
+        with open(os.path.join(self.path, name)) as fh:
+            return fh.read()
+
+    def stat(self):
+        return {k: int(v) for k, v in (ln.split() for ln in self.read("memory.stat").splitlines())}
+
+    def anon(self):
+        s = self.stat()
+        return s.get("rss", s.get("anon", 0))
+
+    def enter(self):
+        """preexec_fn: move the forked child into this cgroup before it execs."""
+        self._write("cgroup.procs", str(os.getpid()))
+
+    def summary(self):
+        out = {"version": self.version, "path": self.path, "limit": self.limit}
+        if self.version == 1:
+            out["max_usage"] = int(self.read("memory.max_usage_in_bytes"))
+            out["failcnt"] = int(self.read("memory.failcnt"))
+            oom = dict(ln.split() for ln in self.read("memory.oom_control").splitlines())
+            out["oom_kill"] = int(oom.get("oom_kill", 0))
+        else:
+            out["max_usage"] = int(self.read("memory.peak")) if os.path.exists(
+                os.path.join(self.path, "memory.peak")) else None
+            ev = dict(ln.split() for ln in self.read("memory.events").splitlines())
+            out["oom_kill"] = int(ev.get("oom_kill", 0))
+        return out
+
+    def remove(self):
+        for _ in range(50):
+            try:
+                os.rmdir(self.path)
+                return
+            except OSError:
+                time.sleep(0.1)
+
+
+def prove_limit(cg):
+    """A process allocating (and touching) limit + 256 MiB inside the cgroup must be killed."""
+    code = f"import numpy as np; a = np.ones({(cg.limit + (256 << 20)) // 8}); print('survived')"
+    p = subprocess.run([sys.executable, "-c", code], preexec_fn=cg.enter, capture_output=True, text=True)
+    return {"returncode": p.returncode, "killed": p.returncode < 0 and "survived" not in p.stdout}
+
+
+# ---------------------------------------------------------------------------- child
+def drop_caches():
+    os.sync()
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as fh:
+            fh.write("3")
+        return True
+    except OSError:
+        return False
+
+
+def sequential_read(path, bufsize=16 << 20):
+    """Seconds to read the whole file once with read() into one reused buffer."""
+    buf = bytearray(bufsize)
+    view = memoryview(buf)
+    t0 = time.perf_counter()
+    with open(path, "rb", buffering=0) as fh:
+        while fh.readinto(view):
+            pass
+    return time.perf_counter() - t0
+
+
+def rss_anon():
+    with open("/proc/self/status") as fh:
+        for ln in fh:
+            if ln.startswith("RssAnon:"):
+                return int(ln.split()[1]) * 1024
+    return 0
+
+
+def child(args):
+    sys.path.insert(0, ROOT)
+    from aflite_fast import engine
+    from aflite_fast.cli import main
+
+    peak = [rss_anon()]
+    stop = threading.Event()
+
+    def sample():
+        while not stop.wait(0.01):
+            peak[0] = max(peak[0], rss_anon())
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    baseline = rss_anon()  # interpreter + numpy + numba + aflite_fast loaded, no data yet
+    # warm up on a tiny in-memory problem: Numba functions loaded, OpenMP/BLAS pools started
+    from aflite_fast import aflite
+
+    rng = np.random.default_rng(0)
+    aflite(rng.standard_normal((2000, 16)).astype(np.float32), rng.integers(0, 3, 2000),
+           target_size=1900, n_partitions=4, train_size=200, slice_size=50, tau=0.0, progress=False)
+    baseline_warm = rss_anon()
+
+    phases = []
+    real = engine.score_phase
+
+    def spy(*a, **kw):
+        t0 = time.perf_counter()
+        res = real(*a, **kw)
+        phases.append(dict(seconds=time.perf_counter() - t0, n_active=int(a[2].size),
+                           n_blocks=res.n_blocks, n_chunks=res.n_chunks,
+                           mean_iter=float(res.n_iter.mean()),
+                           **{k: float(v) for k, v in res.seconds.items()}))
+        return res
+
+    engine.score_phase = spy
+    dropped = drop_caches()
+    read_before = sequential_read(args.path)
+    drop_caches()
+    with tempfile.TemporaryDirectory(dir=os.path.dirname(args.path)) as tmp:
+        out_dir = os.path.join(tmp, "out")
+        argv = ["filter", args.path, args.labels, "--out", out_dir,
+                "--target-size", str(args.target_size), "--partitions", str(args.partitions),
+                "--train-size", str(args.train_size), "--slice-size", str(args.slice_size),
+                "--tau", str(args.tau), "--max-memory", args.max_memory, "--seed", "0", "--quiet"]
+        t0 = time.perf_counter()
+        rc = main(argv)
+        total = time.perf_counter() - t0
+        report = json.load(open(os.path.join(out_dir, "report.json"))) if rc == 0 else {}
+    drop_caches()
+    read_after = sequential_read(args.path)
+    stop.set()
+    sampler.join()
+    json.dump(dict(rc=rc, argv=argv, total_seconds=total, baseline_anon=baseline,
+                   baseline_warm_anon=baseline_warm,
+                   peak_anon=peak[0], read_before=read_before, read_after=read_after,
+                   caches_dropped=dropped, phases=phases,
+                   n_kept=report.get("n_kept"), stop_reason=report.get("stop_reason")),
+              open(args.result, "w"), indent=1)
+    return rc
+
+
+# ---------------------------------------------------------------------------- parent
+def parse_size(text):
+    sys.path.insert(0, ROOT)
+    from aflite_fast._memory import parse_memory
+
+    return parse_memory(text)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--dim", type=int, default=768)
+    ap.add_argument("--path", default=os.path.join(ROOT, "benchmarks", "_ooc_emb.npy"))
+    ap.add_argument("--limit", default="1.5GiB", help="cgroup memory limit")
+    ap.add_argument("--max-memory", default="1GB", help="the filter's --max-memory")
+    ap.add_argument("--partitions", type=int, default=24)
+    ap.add_argument("--train-size", type=int, default=None, help="default rows / 50")
+    ap.add_argument("--slice-size", type=int, default=10_000)
+    ap.add_argument("--phases", type=int, default=3, help="target size = rows - phases * slice")
+    ap.add_argument("--tau", type=float, default=0.6)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", default=os.path.join(HERE, "out_of_core.json"))
+    ap.add_argument("--keep-file", action="store_true")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--labels", help=argparse.SUPPRESS)
+    ap.add_argument("--result", help=argparse.SUPPRESS)
+    ap.add_argument("--target-size", type=int, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        return child(args)
+
+    args.train_size = args.train_size or args.rows // 50
+    args.target_size = args.rows - args.phases * args.slice_size
+    args.labels = os.path.splitext(args.path)[0] + "_labels.npy"
+    t0 = time.perf_counter()
+    if not os.path.exists(args.path):
+        write_data(args.path, args.labels, args.rows, args.dim, args.seed)
+    write_seconds = time.perf_counter() - t0
+    file_bytes = os.path.getsize(args.path)
+    limit = parse_size(args.limit)
+    cg = MemoryCgroup(f"aflite_ooc_{os.getpid()}", limit)
+    try:
+        proof = prove_limit(cg)
+        print(f"limit proof: allocating limit + 256 MiB -> returncode {proof['returncode']} "
+              f"(killed: {proof['killed']})", flush=True)
+        oom_before = cg.summary()["oom_kill"]
+        if cg.version == 1:
+            cg._write("memory.max_usage_in_bytes", "0")  # forget the proof's usage
+        fd, result = tempfile.mkstemp(suffix=".json")
+        os.close(fd)
+        cmd = [sys.executable, os.path.abspath(__file__), "--child", "--path", args.path,
+               "--labels", args.labels, "--result", result, "--target-size", str(args.target_size),
+               "--partitions", str(args.partitions), "--train-size", str(args.train_size),
+               "--slice-size", str(args.slice_size), "--tau", str(args.tau),
+               "--max-memory", args.max_memory]
+        cg_anon_peak = 0
+        p = subprocess.Popen(cmd, preexec_fn=cg.enter)
+        while p.poll() is None:
+            cg_anon_peak = max(cg_anon_peak, cg.anon())
+            time.sleep(0.05)
+        summary = cg.summary()
+        summary["oom_kill"] -= oom_before
+        res = json.load(open(result)) if os.path.getsize(result) else {"rc": p.returncode}
+        os.remove(result)
+    finally:
+        cg.remove()
+        if not args.keep_file:
+            for f in (args.path, args.labels):
+                if os.path.exists(f):
+                    os.remove(f)
+    res.update(returncode=p.returncode, file_bytes=file_bytes, rows=args.rows, dim=args.dim,
+               limit=limit, max_memory=args.max_memory, cgroup=summary, limit_proof=proof,
+               cgroup_anon_peak=cg_anon_peak, write_seconds=write_seconds,
+               params=dict(partitions=args.partitions, train_size=args.train_size,
+                           slice_size=args.slice_size, tau=args.tau, target_size=args.target_size),
+               command=" ".join([os.path.basename(sys.executable)] + sys.argv))
+    json.dump(res, open(args.json, "w"), indent=1)
+    print_table(res)
+    return 0 if p.returncode == 0 else 1
+
+
+def print_table(r):
+    gb = 1e9
+    read = min(r["read_before"], r["read_after"])
+    print(f"\nfile {r['file_bytes'] / gb:.2f} GB ({r['rows']} x {r['dim']} float32), cgroup limit "
+          f"{r['limit'] / gb:.2f} GB, --max-memory {r['max_memory']}; exit code {r['returncode']}")
+    print(f"one sequential read: {r['read_before']:.2f} s before, {r['read_after']:.2f} s after "
+          f"({r['file_bytes'] / read / gb:.2f} GB/s best)")
+    print(f"anonymous memory: {r['baseline_anon'] / gb:.3f} GB after imports, "
+          f"{r['baseline_warm_anon'] / gb:.3f} GB after a tiny warm-up run, peak "
+          f"{r['peak_anon'] / gb:.3f} GB (RssAnon, 10 ms samples); cgroup rss peak "
+          f"{r['cgroup_anon_peak'] / gb:.3f} GB (50 ms samples); cgroup max usage incl. page cache "
+          f"{r['cgroup']['max_usage'] / gb:.3f} GB, oom kills {r['cgroup']['oom_kill']}")
+    print(f"total {r['total_seconds']:.1f} s, kept {r['n_kept']}, {r['stop_reason']}\n")
+    print("| phase | active rows | blocks | chunks | mean L-BFGS iter | train s | predict s | "
+          "read s (train + predict) | phase s | phase / file read | reads / file read |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for i, ph in enumerate(r["phases"]):
+        io = ph["read_train"] + ph["read_predict"]
+        print(f"| {i} | {ph['n_active']} | {ph['n_blocks']} | {ph['n_chunks']} | {ph['mean_iter']:.1f} | "
+              f"{ph['train']:.1f} | {ph['predict']:.1f} | {io:.1f} ({ph['read_train']:.1f} + "
+              f"{ph['read_predict']:.1f}) | {ph['seconds']:.1f} | {ph['seconds'] / read:.1f} | "
+              f"{io / read:.2f} |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
