@@ -139,7 +139,7 @@ def _select(scores, prob_label, seen, tau, budget):
 
 def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, tau=0.75, C=1.0,
            loss="ce", loss_params=None, max_memory=None, random_state=None, n_jobs=None,
-           progress=True, tol=1e-4, max_iter=1000):
+           progress=True, tol=1e-4, max_iter=1000, backend="local", client=None):
     """Filter the most predictable rows of (X, y) with AFLite.
 
     Parameters
@@ -174,6 +174,15 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
         Show a tqdm progress bar.
     tol, max_iter : float, int
         Stopping rules of each model's L-BFGS (max |gradient| and iterations).
+    backend : {"local", "dask"}, default="local"
+        ``"dask"`` scores each phase on a dask.distributed cluster
+        (:func:`aflite_fast.distributed.score_phase_dask`): X (a dask array, a ``.npy``/``.zarr``
+        path, a list of ``.npy`` shards, a memmap, or a
+        :class:`~aflite_fast.distributed.DaskEmbeddings`) stays on the workers; the loop and
+        the result are the same as with ``"local"``.  ``n_jobs`` is then the kernel threads
+        per task (None: each worker's thread count).  See docs/dask.md.
+    client : distributed.Client, optional
+        The cluster of ``backend="dask"`` (default: the current client).
 
     Returns
     -------
@@ -185,18 +194,25 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
         For inconsistent inputs: X not 2-D, NaN/inf in X, lengths differ, a single class,
         a class with fewer than two rows, ``train_size`` >= rows, ``tau`` outside [0, 1], ...
     """
-    X = open_embeddings(X)
+    if backend == "dask":
+        from . import distributed
+        X = distributed.DaskEmbeddings.open(X, client)
+        scan, score_phase = distributed.scan_rows_dask, distributed.score_phase_dask
+    elif backend == "local":
+        X, scan, score_phase = open_embeddings(X), scan_rows, engine.score_phase
+    else:
+        raise ValueError(f"backend must be 'local' or 'dask', got {backend!r}")
     n_rows, n_features = X.shape
     labels = encode_labels(y, n_rows)
     settings = validate_settings(n_rows, target_size=target_size, n_partitions=n_partitions,
                                  train_size=train_size, slice_size=slice_size, tau=tau, C=C)
     spec = resolve_loss(loss, loss_params, labels.n_classes)
-    n_threads = effective_n_threads(n_jobs)
+    n_threads = effective_n_threads(n_jobs) if backend == "local" else n_jobs
     entropy = engine.seed_entropy(random_state)
     options = SolverOptions(tol=tol, max_iter=max_iter)
     engine.parse_memory(max_memory)  # fail early on a bad budget string
 
-    center = scan_rows(X).astype(np.float32)
+    center = scan(X).astype(np.float32)
     active = np.arange(n_rows, dtype=np.int64)
     scores = np.full(n_rows, np.nan)
     removed, removed_phase, history = [], [], []
@@ -213,9 +229,9 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
                 break
             start = time.perf_counter()
             train_pos = engine.partition_train_positions(entropy, phase, active.size, t, settings.n_partitions)
-            res = engine.score_phase(X, labels.codes, active, center, train_pos, n_classes=labels.n_classes,
-                                     C=settings.C, loss=spec, options=options, max_memory=max_memory,
-                                     n_threads=n_threads, warm_coef=warm)
+            res = score_phase(X, labels.codes, active, center, train_pos, n_classes=labels.n_classes,
+                              C=settings.C, loss=spec, options=options, max_memory=max_memory,
+                              n_threads=n_threads, warm_coef=warm)
             warm = res.coef
             phase_scores = res.scores
             scores[active] = phase_scores

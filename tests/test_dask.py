@@ -1,0 +1,142 @@
+"""Dask backend (issue 7): same results as the local engine, on a LocalCluster of 2 processes.
+
+a. ``aflite(..., backend="dask")`` gives the local keep/removed/removed_phase/scores exactly,
+   whatever the chunking of X (uneven chunks, several chunks per scan block).
+b. ``score_phase_dask`` gives ``engine.score_phase``'s coefficients and counts bitwise, also
+   with several blocks of partitions, float16 shards read from .npy files on the workers, and
+   summed probabilities; it reports the bytes it moved.
+c. Bad input gets a clear error (NaN in X names the row, unknown backend, wrong dtype).
+"""
+import os
+
+import numpy as np
+import pytest
+
+distributed = pytest.importorskip("distributed")
+da = pytest.importorskip("dask.array")
+
+from aflite_fast import aflite, engine  # noqa: E402
+from aflite_fast.data import encode_labels, scan_rows  # noqa: E402
+from aflite_fast.distributed import (DaskEmbeddings, as_dask_array, close_client, connect,  # noqa: E402
+                                     scan_rows_dask, score_phase_dask)
+from aflite_fast.kernel import SolverOptions  # noqa: E402
+
+
+@pytest.fixture
+def seed():
+    """Seed of every random draw here (AFLITE_FAST_TEST_SEED overrides, as in the other tests)."""
+    return int(os.environ.get("AFLITE_FAST_TEST_SEED", "0"))
+
+
+def make_problem(rng, n, d, n_classes, *, signal=1.0, dtype=np.float32):
+    """Overlapping classes, skewed feature variances, a shared offset (embedding-like)."""
+    y = rng.integers(0, n_classes, size=n)
+    scale = (1.0 + np.arange(d)) ** -1.0
+    X = (signal * rng.standard_normal((n_classes, d))[y] + rng.standard_normal((n, d))) * scale
+    X += 2.0 * rng.uniform(0.5, 1.5, size=d)
+    return X.astype(dtype), y
+
+
+@pytest.fixture(scope="module")
+def client():
+    with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1,
+                                  dashboard_address=None) as cluster, distributed.Client(cluster) as c:
+        yield c
+
+
+@pytest.mark.parametrize("chunk_rows", [700, 5000])
+def test_aflite_dask_matches_local(client, seed, chunk_rows):
+    rng = np.random.default_rng(seed)
+    X, y = make_problem(rng, 2400, 24, 3, signal=0.6)
+    kw = dict(target_size=1200, n_partitions=8, train_size=800, slice_size=150, tau=0.6,
+              random_state=seed + 1, progress=False)
+    local = aflite(X, y, **kw)
+    dask_X = da.from_array(X, chunks=(chunk_rows, 12))  # column chunks are merged
+    remote = aflite(dask_X, y, backend="dask", **kw)
+    assert len(local.history) >= 2
+    np.testing.assert_array_equal(remote.keep, local.keep)
+    np.testing.assert_array_equal(remote.removed, local.removed)
+    np.testing.assert_array_equal(remote.removed_phase, local.removed_phase)
+    np.testing.assert_array_equal(remote.scores, local.scores)  # NaNs in the same places
+    assert remote.stop_reason == local.stop_reason
+    assert [h.n_removed for h in remote.history] == [h.n_removed for h in local.history]
+
+
+def test_score_phase_bitwise_shards_float16_blocks(client, seed, tmp_path):
+    rng = np.random.default_rng(seed + 7)
+    X, y = make_problem(rng, 1500, 20, 2, dtype=np.float16)
+    bounds = [0, 400, 1100, 1500]
+    paths = []
+    for i in range(3):
+        paths.append(tmp_path / f"shard{i}.npy")
+        np.save(paths[-1], X[bounds[i]:bounds[i + 1]])
+    Xd = DaskEmbeddings(paths, client, chunk_rows=300)
+    assert Xd.shape == X.shape and Xd.dtype == np.float16 and Xd.n_chunks == 7  # 300+100, 300+300+100, 300+100
+    center = scan_rows(X).astype(np.float32)
+    np.testing.assert_array_equal(scan_rows_dask(Xd).astype(np.float32), center)
+
+    codes = encode_labels(y).codes
+    active = np.sort(rng.choice(X.shape[0], size=1300, replace=False)).astype(np.int64)
+    train_pos = engine.partition_train_positions(5, 0, active.size, 500, 6)
+    warm = rng.standard_normal((6, X.shape[1] + 1, 2)) * 0.01
+    common = dict(n_classes=2, C=0.5, loss="gce", loss_params={"q": 0.7},
+                  options=SolverOptions(tol=1e-4, max_iter=200), warm_coef=warm)
+    proba_local = np.zeros((active.size, 2))
+    proba_dask = np.zeros((active.size, 2))
+    local = engine.score_phase(X, codes, active, center, train_pos, proba_sum=proba_local, **common)
+    remote = score_phase_dask(Xd, codes, active, center, train_pos, proba_sum=proba_dask,
+                              max_memory=150_000, **common)  # several blocks of partitions
+    assert remote.n_blocks > 1
+    np.testing.assert_array_equal(remote.coef, local.coef)
+    np.testing.assert_array_equal(remote.n_iter, local.n_iter)
+    np.testing.assert_array_equal(remote.seen, local.seen)
+    np.testing.assert_array_equal(remote.correct, local.correct)
+    np.testing.assert_array_equal(remote.prob_label, local.prob_label)
+    np.testing.assert_array_equal(proba_dask, proba_local)
+
+    moved = remote.bytes_moved
+    assert moved["counts_back"] == active.size * (4 + 4 + 8 + 2 * 8)
+    assert moved["weights_broadcast"] == 2 * (X.shape[1] + 1) * 6 * 2 * 4
+    assert active.size * X.shape[1] * 2 <= moved["train_rows"] <= remote.n_blocks * active.size * X.shape[1] * 2
+    assert 0 <= moved["train_rows_remote"] <= moved["train_rows"]
+    assert moved["total"] == sum(v for k, v in moved.items() if k not in ("total", "train_rows_remote"))
+
+
+def test_npy_path_and_memmap_input(client, seed, tmp_path):
+    rng = np.random.default_rng(seed + 3)
+    X, y = make_problem(rng, 1200, 16, 2, signal=0.8)
+    path = tmp_path / "X.npy"
+    np.save(path, X)
+    kw = dict(target_size=900, n_partitions=4, train_size=400, slice_size=100, tau=0.6,
+              random_state=seed, progress=False)
+    local = aflite(str(path), y, **kw)
+    remote = aflite(str(path), y, backend="dask", **kw)
+    np.testing.assert_array_equal(remote.keep, local.keep)
+    np.testing.assert_array_equal(remote.scores, local.scores)
+    # what the CLI passes: a read-only memmap (read on the workers, not pickled) and a client
+    mm = np.load(path, mmap_mode="r")
+    remote = aflite(mm, y, backend="dask", client=client, **kw)
+    np.testing.assert_array_equal(remote.keep, local.keep)
+    np.testing.assert_array_equal(remote.removed, local.removed)
+
+
+def test_errors(client, seed):
+    rng = np.random.default_rng(seed)
+    X, y = make_problem(rng, 400, 8, 2)
+    X[123, 4] = np.nan
+    with pytest.raises(ValueError, match="row 123"):
+        aflite(da.from_array(X, chunks=(100, 8)), y, target_size=300, train_size=100,
+               backend="dask", progress=False)
+    with pytest.raises(ValueError, match="backend"):
+        aflite(X, y, target_size=300, train_size=100, backend="ray", progress=False)
+    with pytest.raises(ValueError, match="float16, float32 or float64"):
+        as_dask_array(da.zeros((10, 3), dtype=np.int32, chunks=5))
+
+
+def test_connect_by_address(client):
+    """What ``aflite-fast filter --scheduler ADDRESS`` does to reach the cluster."""
+    other = connect(client.scheduler.address)
+    try:
+        assert len(other.nthreads()) == 2
+    finally:
+        close_client(other)
