@@ -240,7 +240,9 @@ def test_missing_matplotlib_fails_early(tmp_path, monkeypatch, seed):
 
     calls = []
     monkeypatch.setattr(aflite_fast, "aflite", lambda *a, **k: calls.append(1))
-    monkeypatch.setitem(sys.modules, "matplotlib", None)  # makes `import matplotlib` fail
+    # None in sys.modules makes the import fail, as if matplotlib were not installed.
+    for name in ("matplotlib", "matplotlib.figure", "matplotlib.backends.backend_agg"):
+        monkeypatch.setitem(sys.modules, name, None)
     with pytest.raises(ImportError, match=r"aflite_fast\[plots\]"):
         run_synthetic_experiment(tmp_path / "out", random_state=seed, **_TINY)
     assert not calls  # failed before any filtering
@@ -255,6 +257,18 @@ def test_bad_sizes_raise_before_work(tmp_path):
             tmp_path, plot=False, train_fraction=0.3, target_fraction=0.25, **_TINY
         )
     assert not os.listdir(tmp_path)
+
+
+@pytest.mark.parametrize("separations", [(0.5, 1.2), ()])
+def test_bad_separations_raise_before_work(tmp_path, monkeypatch, separations):
+    from aflite_fast.experiments import run_synthetic_experiment
+
+    calls = []
+    monkeypatch.setattr(aflite_fast, "aflite", lambda *a, **k: calls.append(1))
+    kwargs = {**_TINY, "separations": separations}
+    with pytest.raises(ValueError, match="separations"):
+        run_synthetic_experiment(tmp_path / "out", plot=False, **kwargs)
+    assert not calls and not (tmp_path / "out").exists()
 
 
 def test_output_path_that_is_a_file_raises(tmp_path):

@@ -72,20 +72,21 @@ class SyntheticLevelResult:
 
 
 def _require_matplotlib():
-    """Import matplotlib with the Agg backend, or fail with a message that says what to do."""
+    """Import matplotlib's Agg canvas and Figure, or fail with a message that says what to do.
+
+    The object-oriented API renders with Agg without touching pyplot or the process-wide
+    backend, so running the experiment inside a notebook leaves the user's backend alone.
+    """
     try:
-        import matplotlib
-    except ImportError as exc:  # pragma: no cover - depends on the environment
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError as exc:
         raise ImportError(
             "the synthetic experiment's figure needs matplotlib, an optional dependency: "
             "install it with `pip install 'aflite_fast[plots]'` (or pass plot=False / "
             "--no-plot to write only the tables)"
         ) from exc
-    # Agg renders to files without a display; set before pyplot is first imported.
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    return plt
+    return Figure, FigureCanvasAgg
 
 
 def _split_accuracy(model, X, y, seed, test_size):
@@ -191,6 +192,8 @@ def run_synthetic_levels(
     if separations is None:
         separations = separation_levels()
     separations = [float(s) for s in separations]
+    if not separations or not all(0.0 < s < 1.0 for s in separations):
+        raise ValueError(f"separations must be one or more values in (0, 1), got {separations}")
 
     from tqdm.auto import tqdm
 
@@ -275,7 +278,18 @@ def _format(key, value):
 
 
 def table_csv(rows):
-    """Render table rows as CSV text (full precision; empty cell for a missing value)."""
+    """Render table rows as CSV text (full precision; empty cell for a missing value).
+
+    Parameters
+    ----------
+    rows : list of dict
+        The ``row`` of each :class:`SyntheticLevelResult`.
+
+    Returns
+    -------
+    text : str
+        A header line with the keys of ``TABLE_COLUMNS``, then one line per row.
+    """
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow([key for key, _ in TABLE_COLUMNS])
@@ -294,7 +308,19 @@ def table_csv(rows):
 
 
 def table_markdown(rows):
-    """Render table rows as a Markdown table (accuracies and shares to three decimals)."""
+    """Render table rows as a Markdown table (accuracies and shares to three decimals).
+
+    Parameters
+    ----------
+    rows : list of dict
+        The ``row`` of each :class:`SyntheticLevelResult`.
+
+    Returns
+    -------
+    text : str
+        The table, with the readable headers of ``TABLE_COLUMNS``; "-" marks a level
+        without flipped rows.
+    """
     lines = [
         "| " + " | ".join(header for _, header in TABLE_COLUMNS) + " |",
         "|" + "---:|" * len(TABLE_COLUMNS),
@@ -316,41 +342,40 @@ def plot_figure(results, path, *, dpi=90):
     dpi : int, default=90
         Resolution of the saved figure.
     """
-    plt = _require_matplotlib()
+    Figure, FigureCanvasAgg = _require_matplotlib()
     n = len(results)
-    fig, axes = plt.subplots(2, n, figsize=(3.4 * n, 7.0), squeeze=False)
+    fig = Figure(figsize=(3.4 * n, 7.0))
+    FigureCanvasAgg(fig)  # attaches itself to the figure; savefig renders through it
+    axes = fig.subplots(2, n, squeeze=False)
     colors = np.array(["#1f77b4", "#ff7f0e"])  # label 0 (outer ring), label 1 (inner ring)
-    try:
-        for j, res in enumerate(results):
-            X, y, row = res.data.X, res.data.y, res.row
-            for i, (rows, lr, svm) in enumerate(
-                (
-                    (np.arange(len(y)), row["lr_before"], row["svm_before"]),
-                    (res.keep, row["lr_after"], row["svm_after"]),
-                )
-            ):
-                ax = axes[i, j]
-                ax.scatter(X[rows, 0], X[rows, 1], c=colors[y[rows]], s=2, linewidths=0)
-                ax.set_aspect("equal")
-                ax.set_xlim(-1.5, 1.5)
-                ax.set_ylim(-1.5, 1.5)
-                ax.set_xticks([])
-                ax.set_yticks([])
-                stage = "before" if i == 0 else "after AFLite"
-                ax.set_title(
-                    f"sep {row['separation']:g}, {stage} (n={len(rows)})\n"
-                    f"LR {lr:.2f} | SVM {svm:.2f}",
-                    fontsize=9,
-                )
-        fig.suptitle(
-            "Concentric circles with planted spurious features (colour = label); "
-            "test accuracy of logistic regression and RBF SVM",
-            fontsize=10,
-        )
-        fig.tight_layout()
-        fig.savefig(path, dpi=dpi, format="png")
-    finally:
-        plt.close(fig)
+    for j, res in enumerate(results):
+        X, y, row = res.data.X, res.data.y, res.row
+        for i, (rows, lr, svm) in enumerate(
+            (
+                (np.arange(len(y)), row["lr_before"], row["svm_before"]),
+                (res.keep, row["lr_after"], row["svm_after"]),
+            )
+        ):
+            ax = axes[i, j]
+            ax.scatter(X[rows, 0], X[rows, 1], c=colors[y[rows]], s=2, linewidths=0)
+            ax.set_aspect("equal")
+            ax.set_xlim(-1.5, 1.5)
+            ax.set_ylim(-1.5, 1.5)
+            ax.set_xticks([])
+            ax.set_yticks([])
+            stage = "before" if i == 0 else "after AFLite"
+            ax.set_title(
+                f"sep {row['separation']:g}, {stage} (n={len(rows)})\n"
+                f"LR {lr:.2f} | SVM {svm:.2f}",
+                fontsize=9,
+            )
+    fig.suptitle(
+        "Concentric circles with planted spurious features (colour = label); "
+        "test accuracy of logistic regression and RBF SVM",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi, format="png")
 
 
 def _write_text(text):
