@@ -11,6 +11,15 @@ AFLite
 RobustLogisticRegression
     scikit-learn classifier on the same kernel, with noise-robust losses.
 """
+import os as _os
+
+# The kernel opens a few short OpenMP regions per solver round.  With libgomp's default
+# (active) waiting, a thread spins at every barrier; on a busy machine that spinning starves
+# the thread it waits for, and two threads were measured 10-60x slower than one.  Passive
+# waiting costs microseconds per region here.  It must be set before libgomp starts, i.e.
+# before the compiled kernel is imported; a value the user set is kept.
+_os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 from .algorithm import AFLiteResult, PhaseRecord, aflite
 from .losses import LOSS_NAMES
 from .scoring import PredictabilityResult, predictability

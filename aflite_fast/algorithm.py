@@ -123,6 +123,8 @@ def validate_settings(n_rows, *, target_size, n_partitions, train_size, slice_si
         train_size = int(train_size)
     elif not 0.0 < train_size < 1.0:
         raise ValueError(f"a fractional train_size must be in (0, 1), got {train_size}")
+    elif int(round(train_size * n_rows)) >= n_rows:
+        raise ValueError(f"train_size={train_size} of {n_rows} rows leaves no held-out rows")
     return _Settings(n_rows, target_size, n_partitions, train_size, slice_size, float(tau), float(C))
 
 

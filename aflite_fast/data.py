@@ -82,7 +82,10 @@ class Labels:
 
 
 def encode_labels(y, n_rows=None, min_per_class=2):
-    """Map labels of any hashable type to codes 0..C-1 (classes sorted as numpy sorts them).
+    """Map labels of any hashable type to codes 0..C-1.
+
+    Classes are sorted as numpy sorts them; labels that cannot be ordered among themselves
+    (e.g. None next to strings) keep the order of their first appearance.
 
     Raises
     ------
@@ -101,8 +104,17 @@ def encode_labels(y, n_rows=None, min_per_class=2):
         raise ValueError("y contains NaN or inf")
     try:
         classes, codes = np.unique(y, return_inverse=True)
-    except TypeError as exc:
-        raise ValueError(f"labels cannot be sorted into classes: {exc}") from exc
+    except TypeError:
+        # hashable but not mutually orderable (e.g. None mixed with str): classes in order
+        # of first appearance
+        index = {}
+        try:
+            codes = np.fromiter((index.setdefault(v, len(index)) for v in y.tolist()),
+                                dtype=np.int64, count=y.shape[0])
+        except TypeError as exc:
+            raise ValueError(f"labels must be hashable: {exc}") from exc
+        classes = np.empty(len(index), dtype=object)
+        classes[:] = list(index)
     if len(classes) < 2:
         raise ValueError(f"y holds a single class ({classes[:1].tolist()[0]!r}); need at least two")
     counts = np.bincount(codes, minlength=len(classes))

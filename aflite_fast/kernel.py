@@ -43,6 +43,9 @@ class SolverOptions:
     tol : float
         Stop when the largest absolute gradient entry is at most ``tol`` (scikit-learn's
         ``tol`` for ``solver="lbfgs"``; the objective is the mean loss plus the L2 term).
+        Logits are float32, so the gradient is exact to about 1e-6 only: below that, models
+        stop through ``ftol`` or the line search (reported as converged, as SciPy reports
+        its relative-reduction stop) rather than through ``tol``.
     max_iter : int
         Maximum number of accepted L-BFGS steps per model.
     ftol : float
