@@ -221,7 +221,7 @@ class DaskEmbeddings:
 
     def pieces(self, rows):
         """Futures of ``X[rows]`` (``rows`` sorted global indices), one task per chunk touched,
-        each run where its chunk lives.  Returns a list of (future, n_rows)."""
+        each run where its chunk lives.  Returns a list of (future, n_rows, chunk index)."""
         cut = np.searchsorted(rows, self.offsets)
         out = []
         for i in range(self.n_chunks):
@@ -231,12 +231,12 @@ class DaskEmbeddings:
             local = rows[a:b] - self.offsets[i]
             n_chunk = self.offsets[i + 1] - self.offsets[i]
             if local.size == n_chunk:
-                out.append((self.futures[i], int(b - a)))  # the whole chunk
+                out.append((self.futures[i], int(b - a), i))  # the whole chunk
             elif local[-1] - local[0] + 1 == local.size:
                 out.append((self.client.submit(_slice_rows, self.futures[i], int(local[0]), int(local[-1]) + 1,
-                                               pure=False), int(b - a)))
+                                               pure=False), int(b - a), i))
             else:
-                out.append((self.client.submit(_take_rows, self.futures[i], local, pure=False), int(b - a)))
+                out.append((self.client.submit(_take_rows, self.futures[i], local, pure=False), int(b - a), i))
         return out
 
     def __repr__(self):
@@ -283,7 +283,7 @@ def scan_rows_dask(X, progress=None):
     futs = []
     for start in range(0, n, step):
         rows = np.arange(start, min(n, start + step), dtype=np.int64)
-        futs.append(X.client.submit(_scan_block, start, *[f for f, _ in X.pieces(rows)], pure=False))
+        futs.append(X.client.submit(_scan_block, start, *[f for f, _, _ in X.pieces(rows)], pure=False))
     total = np.zeros(d, dtype=np.float64)
     for (bad, block_sum), start in zip(X.client.gather(futs), range(0, n, step)):
         if bad >= 0:
@@ -335,7 +335,8 @@ class DaskPhaseScores(engine.PhaseScores):
 
     ``bytes_moved`` keys: ``train_rows`` (training rows cut from the chunks and sent to the
     training workers, raw dtype; an upper bound: pieces already on the training worker are
-    not sent), ``train_rows_remote`` (the part that came from another worker), ``train_inputs``
+    not sent), ``train_rows_remote`` (the part cut from chunks that were not on the worker
+    that trained the block, so that crossed between workers), ``train_inputs``
     (labels, membership, positions and warm start sent with each block), ``coef_back``,
     ``weights_broadcast`` (W to every worker), ``predict_inputs`` (row indices, labels and the
     held-out mask of every chunk's active rows), ``counts_back`` (seen, correct, prob_label;
@@ -413,6 +414,9 @@ def score_phase_dask(X, codes, active, center, train_pos, *, n_classes, C=1.0, l
     moved = dict.fromkeys(["train_rows", "train_rows_remote", "train_inputs", "coef_back",
                            "weights_broadcast", "predict_inputs", "counts_back"], 0)
     t0 = time.perf_counter()
+    # where each chunk lives before this phase copies any of it (for train_rows_remote)
+    holders = client.who_has(X.futures)
+    chunk_home = [set(holders.get(f.key, ())) for f in X.futures]
     center_f = client.scatter(center, broadcast=True, hash=False)
     jobs = []
     for block in blocks:
@@ -424,7 +428,7 @@ def score_phase_dask(X, codes, active, center, train_pos, *, n_classes, C=1.0, l
         codes_b = codes[rows]
         coef_b = np.ascontiguousarray(coef[block])
         fut = client.submit(_train_task, center_f, union, codes_b, member_b, coef_b, n_classes, Ck, spec,
-                            options, n_threads, *[f for f, _ in pieces], pure=False)
+                            options, n_threads, *[f for f, _, _ in pieces], pure=False)
         moved["train_rows"] += union.size * d * item
         moved["train_inputs"] += union.nbytes + codes_b.nbytes + member_b.nbytes + coef_b.nbytes
         moved["coef_back"] += coef_b.nbytes + 8 * len(block)
@@ -434,10 +438,9 @@ def score_phase_dask(X, codes, active, center, train_pos, *, n_classes, C=1.0, l
         coef[block] = coef_b
         n_iter[block] = it
         status[block] = st
-        where = client.who_has([fut] + [f for f, _ in pieces])
-        home = set(where.get(fut.key, ()))
-        for f, n_rows in pieces:
-            if not home & set(where.get(f.key, ())):
+        home = set(client.who_has([fut]).get(fut.key, ()))  # the worker that trained the block
+        for f, n_rows, i in pieces:
+            if not home & chunk_home[i]:
                 moved["train_rows_remote"] += n_rows * d * item
         if on_block is not None:
             on_block()

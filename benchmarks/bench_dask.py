@@ -34,6 +34,12 @@ from aflite_fast.distributed import DaskEmbeddings, scan_rows_dask, score_phase_
 from aflite_fast.kernel import SolverOptions  # noqa: E402
 
 
+def _cpu_seconds():
+    """user + system CPU seconds of this process (all its threads)."""
+    t = os.times()
+    return t.user + t.system
+
+
 def _mb(nbytes):
     return f"{nbytes / 1e6:,.1f}"
 
@@ -81,10 +87,14 @@ def main(argv=None):
     t0 = time.perf_counter()
     center = scan_rows(X).astype(np.float32)
     t_scan_local = time.perf_counter() - t0
+    load_before = os.getloadavg()[0]
+    c0 = _cpu_seconds()
     t0 = time.perf_counter()
     local = engine.score_phase(X, codes, active, center, train_pos, n_classes=n_classes, C=args.C,
                                options=options, n_threads=args.threads)
     t_local = time.perf_counter() - t0
+    cpu_local = _cpu_seconds() - c0
+    load_local = (load_before, os.getloadavg()[0])
     print(f"local phase {t_local:.1f} s ({local.seconds})", flush=True)
 
     with LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True,
@@ -95,10 +105,14 @@ def main(argv=None):
         t0 = time.perf_counter()
         center_d = scan_rows_dask(Xd).astype(np.float32)
         t_scan_dask = time.perf_counter() - t0
+        load_before = os.getloadavg()[0]
+        c0 = sum(client.run(_cpu_seconds).values())
         t0 = time.perf_counter()
         remote = score_phase_dask(Xd, codes, active, center_d, train_pos, n_classes=n_classes, C=args.C,
                                   options=options, min_blocks=args.min_blocks)
         t_dask = time.perf_counter() - t0
+        cpu_dask = sum(client.run(_cpu_seconds).values()) - c0
+        load_dask = (load_before, os.getloadavg()[0])
         print(f"dask phase {t_dask:.1f} s ({remote.seconds})", flush=True)
 
     same = (np.array_equal(center, center_d) and np.array_equal(local.coef, remote.coef)
@@ -119,7 +133,10 @@ def main(argv=None):
     print(f"| centre + finite check (once per run) | {t_scan_local:.1f} s | {t_scan_dask:.1f} s |")
     print(f"| phase: train | {local.seconds['train']:.1f} s | {remote.seconds['train']:.1f} s |")
     print(f"| phase: predict | {local.seconds['predict']:.1f} s | {remote.seconds['predict']:.1f} s |")
-    print(f"| phase total | {t_local:.1f} s | {t_dask:.1f} s |")
+    print(f"| phase total (wall) | {t_local:.1f} s | {t_dask:.1f} s |")
+    print(f"| phase CPU seconds (client / all workers) | {cpu_local:.0f} s | {cpu_dask:.0f} s |")
+    print(f"| 1-min load average before / after the phase | {load_local[0]:.1f} / {load_local[1]:.1f} | "
+          f"{load_dask[0]:.1f} / {load_dask[1]:.1f} |")
     print()
     print("| moved per phase | MB | share of X |")
     print("|---|---|---|")
