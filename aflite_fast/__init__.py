@@ -10,6 +10,10 @@ AFLite
     imbalanced-learn style estimator: ``AFLite(...).fit_resample(X, y)``.
 RobustLogisticRegression
     scikit-learn classifier on the same kernel, with noise-robust losses.
+oof_predict_proba
+    Out-of-sample predicted probabilities (all folds in one kernel call).
+self_confidence_issues, annealing_issues, audit
+    Likely-mislabeled rows from out-of-sample probabilities.
 """
 import os as _os
 
@@ -24,8 +28,14 @@ from .algorithm import AFLiteResult, PhaseRecord, aflite
 from .losses import LOSS_NAMES
 from .scoring import PredictabilityResult, predictability
 from .estimators import AFLite, RobustLogisticRegression
+from .oof import oof_predict_proba
+from .label_issues import (AuditResult, LabelIssueResult, annealed_thresholds, annealing_issues, audit,
+                           filter_label_issues, self_confidence_issues)
+from .user_loss import UserLoss, user_loss
 
 __version__ = "0.1.0"
 
 __all__ = ["aflite", "AFLiteResult", "PhaseRecord", "predictability", "PredictabilityResult",
-           "AFLite", "RobustLogisticRegression", "LOSS_NAMES", "__version__"]
+           "AFLite", "RobustLogisticRegression", "LOSS_NAMES", "oof_predict_proba",
+           "self_confidence_issues", "annealing_issues", "annealed_thresholds", "filter_label_issues",
+           "audit", "LabelIssueResult", "AuditResult", "UserLoss", "user_loss", "__version__"]

@@ -163,6 +163,16 @@ def train_models(Xa, y, member, n_classes, *, C=1.0, loss="ce", loss_params=None
     if np.any(n_rows == 0):
         raise ValueError("every model needs at least one training row")
     positions = np.arange(n, dtype=np.int64) if positions is None else positions
+    if getattr(spec, "warmup", None) is not None:
+        # e.g. truncated GCE: from all-zero weights every p_y = 1/C <= k, the gradient is
+        # exactly zero and the solver cannot move; models starting at zero are first
+        # trained with the warm-up loss (plain GCE), as Zhang & Sabuncu (2018) do.
+        cold = ~coef.reshape(B, -1).any(axis=1)
+        if cold.any():
+            start, _ = train_models(Xa, y, np.ascontiguousarray(member[:, cold]), n_classes, C=C,
+                                    loss=spec.warmup, coef=np.ascontiguousarray(coef[cold]),
+                                    positions=positions, options=options, n_threads=n_threads)
+            coef[cold] = start
     row_blocks = row_blocks_from_positions(positions)
     l2 = 1.0 / (float(C) * n_rows)
     inv_n = 1.0 / n_rows.astype(np.float64)

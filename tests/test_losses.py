@@ -16,6 +16,7 @@ f. User losses: a Numba loss equal to GCE gives the same model; wrong weights ar
 g. aflite(..., loss="gce") runs; gce_trunc needs (and gets from its warmup) a warm start.
 h. The noise-robust experiment: noise matrices, label corruption, a small run and the CLI.
 """
+import dataclasses
 import argparse
 import math
 import os
@@ -345,13 +346,17 @@ def test_gce_trunc_needs_its_warmup(seed, make_problem):
     Xa = kernel.augment_rows(X, X.mean(axis=0))
     member = np.ones((len(y), 1), np.uint8)
     yy = y.astype(np.int32)
-    cold, info = kernel.train_models(Xa, yy, member, 3, loss=spec)
+    no_warmup = dataclasses.replace(spec, warmup=None)
+    cold, info = kernel.train_models(Xa, yy, member, 3, loss=no_warmup)
     # from zeros every p_y = 1/3 <= k: zero gradient, the solver cannot leave the start
     assert info["n_iter"][0] == 0 and not np.any(cold)
     warm, _ = kernel.train_models(Xa, yy, member, 3, loss=spec.warmup)
     warm, info = kernel.train_models(Xa, yy, member, 3, loss=spec, coef=warm)
     acc = np.mean(np.argmax(kernel.predict_proba(Xa, warm[0]), axis=1) == y)
     assert acc > 0.6
+    # train_models applies the warm-up itself to models that start at zero
+    auto, _ = kernel.train_models(Xa, yy, member, 3, loss=spec)
+    np.testing.assert_array_equal(auto, warm)
 
 
 # --- h. the noise-robust experiment -------------------------------------------------------------

@@ -60,27 +60,31 @@ def run(args):
                   n_jobs=args.threads)
     extra = {}
     if args.scheduler:
-        from ..distributed import connect  # optional extra; clear ImportError otherwise
+        from ..distributed import close_client, connect  # needs the extra aflite_fast[dask]
 
         extra = dict(backend="dask", client=connect(args.scheduler))
-    with AtomicOutputDir(args.out) as out:
-        result = aflite(X, y, progress=not args.quiet, **params, **extra)
-        seconds = time.perf_counter() - start
-        out.save_npy("keep.npy", result.keep)
-        out.save_npy("scores.npy", result.scores)
-        out.save_json("report.json", {
-            "aflite_fast_version": __version__,
-            "command": "filter",
-            "embeddings": os.path.abspath(args.embeddings),
-            "labels": os.path.abspath(args.labels),
-            "n_rows": int(X.shape[0]), "n_features": int(X.shape[1]), "dtype": str(X.dtype),
-            "n_classes": int(len(result.classes)),
-            "parameters": params,
-            "n_kept": int(result.keep.size), "n_removed": int(result.removed.size),
-            "stop_reason": result.stop_reason,
-            "seconds": seconds,
-            "history": [h.as_dict() for h in result.history],
-        })
+    try:
+        with AtomicOutputDir(args.out) as out:
+            result = aflite(X, y, progress=not args.quiet, **params, **extra)
+            seconds = time.perf_counter() - start
+            out.save_npy("keep.npy", result.keep)
+            out.save_npy("scores.npy", result.scores)
+            out.save_json("report.json", {
+                "aflite_fast_version": __version__,
+                "command": "filter",
+                "embeddings": os.path.abspath(args.embeddings),
+                "labels": os.path.abspath(args.labels),
+                "n_rows": int(X.shape[0]), "n_features": int(X.shape[1]), "dtype": str(X.dtype),
+                "n_classes": int(len(result.classes)),
+                "parameters": params,
+                "n_kept": int(result.keep.size), "n_removed": int(result.removed.size),
+                "stop_reason": result.stop_reason,
+                "seconds": seconds,
+                "history": [h.as_dict() for h in result.history],
+            })
+    finally:
+        if extra:
+            close_client(extra["client"])
     if not args.quiet:
         print(f"aflite-fast filter: kept {result.keep.size} of {X.shape[0]} rows in "
               f"{len(result.history)} phase(s), {seconds:.1f} s ({result.stop_reason}); "
