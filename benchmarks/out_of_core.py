@@ -198,6 +198,7 @@ def child(args):
                            n_blocks=res.n_blocks, n_chunks=res.n_chunks,
                            mean_iter=float(res.n_iter.mean()),
                            **{k: float(v) for k, v in res.seconds.items()}))
+        print(f"phase {len(phases) - 1}: {json.dumps(phases[-1])}", file=sys.stderr, flush=True)
         return res
 
     engine.score_phase = spy
@@ -248,7 +249,7 @@ def main():
     ap.add_argument("--phases", type=int, default=3, help="target size = rows - phases * slice")
     ap.add_argument("--tau", type=float, default=0.6)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--json", default=os.path.join(HERE, "out_of_core.json"))
+    ap.add_argument("--json", default=os.path.join(tempfile.gettempdir(), "aflite_out_of_core.json"))
     ap.add_argument("--keep-file", action="store_true")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--labels", help=argparse.SUPPRESS)
