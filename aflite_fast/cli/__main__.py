@@ -1,0 +1,6 @@
+"""``python -m aflite_fast.cli`` runs the command line."""
+import sys
+
+from . import main
+
+sys.exit(main())
