@@ -6,7 +6,6 @@ features on 75% of the rows.  A linear model scores well only through the spurio
 features; AFLite should remove the rows carrying them, and the linear model's accuracy on
 what is left should fall toward chance.
 """
-import sys
 import time
 
 import numpy as np

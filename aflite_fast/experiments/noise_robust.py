@@ -30,7 +30,6 @@ import gzip
 import io
 import os
 import time
-import uuid
 
 import numpy as np
 
@@ -38,6 +37,7 @@ from .. import kernel
 from .._threads import effective_n_threads
 from ..engine import kernel_C
 from ..losses import needs_warmup, resolve_loss
+from .._atomic import text_writer, write_files_atomically
 
 __all__ = ["DEFAULT_LOSSES", "DEFAULT_SETTINGS", "FASHION_MNIST_DIR", "noise_matrix",
            "corrupt_labels", "load_dataset", "fit_predict", "run_noise_robust",
@@ -378,14 +378,6 @@ def plot_figure(rows, path, *, dpi=110):
         plt.close(fig)
 
 
-def _write_text(text):
-    def write(path):
-        with open(path, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
-
-    return write
-
-
 def run_noise_robust_experiment(out_dir, *, plot=True, **kwargs):
     """Run :func:`run_noise_robust` and write ``table.csv``, ``table.md`` and ``figure.png``.
 
@@ -405,20 +397,8 @@ def run_noise_robust_experiment(out_dir, *, plot=True, **kwargs):
     if plot:
         _require_matplotlib()
     rows = run_noise_robust(**kwargs)
-    out_dir = os.fspath(out_dir)
-    os.makedirs(out_dir, exist_ok=True)
-    staged = []
-    try:
-        for name, write in (("table.csv", _write_text(table_csv(rows))),
-                            ("table.md", _write_text(table_markdown(rows)))) + (
-                (("figure.png", lambda p: plot_figure(rows, p)),) if plot else ()):
-            tmp = os.path.join(out_dir, f".{name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-            staged.append((tmp, name))
-            write(tmp)
-        for tmp, name in staged:
-            os.replace(tmp, os.path.join(out_dir, name))
-    finally:
-        for tmp, _ in staged:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+    writers = [("table.csv", text_writer(table_csv(rows))), ("table.md", text_writer(table_markdown(rows)))]
+    if plot:
+        writers.append(("figure.png", lambda path: plot_figure(rows, path)))
+    write_files_atomically(out_dir, writers)
     return rows

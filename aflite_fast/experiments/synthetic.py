@@ -22,12 +22,12 @@ import csv
 import io
 import os
 import time
-import uuid
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..synthetic import make_biased_circles, separation_levels
+from .._atomic import text_writer, write_files_atomically
 
 __all__ = ["SyntheticLevelResult", "run_synthetic_levels", "run_synthetic_experiment"]
 
@@ -378,14 +378,6 @@ def plot_figure(results, path, *, dpi=90):
     fig.savefig(path, dpi=dpi, format="png")
 
 
-def _write_text(text):
-    def write(path):
-        with open(path, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
-
-    return write
-
-
 def run_synthetic_experiment(out_dir, *, plot=True, **kwargs):
     """Run the experiment and write ``table.csv``, ``table.md`` and ``figure.png``.
 
@@ -417,27 +409,10 @@ def run_synthetic_experiment(out_dir, *, plot=True, **kwargs):
     if plot:
         _require_matplotlib()
     results = run_synthetic_levels(**kwargs)
-    os.makedirs(out_dir, exist_ok=True)  # only now: a failed run leaves no empty directory
     rows = [r.row for r in results]
-    # Render everything to temporary files first; rename only once all of them exist.
-    staged = []
-    try:
-        writers = [
-            ("table.csv", _write_text(table_csv(rows))),
-            ("table.md", _write_text(table_markdown(rows))),
-        ]
-        if plot:
-            writers.append(("figure.png", lambda path: plot_figure(results, path)))
-        for name, write in writers:
-            # A unique hidden name beside the target (same file system, so the rename is
-            # atomic); not mkstemp, whose 0600 mode would survive the rename.
-            tmp = os.path.join(out_dir, f".{name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-            staged.append((tmp, name))
-            write(tmp)
-        for tmp, name in staged:
-            os.replace(tmp, os.path.join(out_dir, name))
-    finally:
-        for tmp, _ in staged:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+    writers = [("table.csv", text_writer(table_csv(rows))), ("table.md", text_writer(table_markdown(rows)))]
+    if plot:
+        writers.append(("figure.png", lambda path: plot_figure(results, path)))
+    # the directory is created only now, so a failed run leaves no empty directory
+    write_files_atomically(out_dir, writers)
     return results
