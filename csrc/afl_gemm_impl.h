@@ -87,8 +87,15 @@ static int AFL_F(sgemm)(int trans_a, int64_t M, int64_t N, int64_t K,
     for (int64_t b = 0; b < nkb; b++)
         if (kb[b + 1] - kb[b] > max_kc) max_kc = kb[b + 1] - kb[b];
     int64_t n_pad = ((N + AFL_NR - 1) / AFL_NR) * AFL_NR;
-    int64_t n_tiles = (M + AFL_MC - 1) / AFL_MC;
     if (M <= 0 || N <= 0) return 0;
+    if (n_threads < 1) n_threads = 1;
+    /* Tiles of at most MC rows, their number a multiple of the thread count so that no
+     * thread idles at the barrier after each K-block (e.g. M = d + 1 = 769 in the gradient
+     * product).  The tile height changes no element's arithmetic. */
+    int64_t n_tiles = (M + AFL_MC - 1) / AFL_MC;
+    n_tiles = ((n_tiles + n_threads - 1) / n_threads) * n_threads;
+    int64_t mc_tile = (((M + n_tiles - 1) / n_tiles) + AFL_MR - 1) / AFL_MR * AFL_MR;
+    n_tiles = (M + mc_tile - 1) / mc_tile;
     if (nkb == 0 || max_kc == 0) {
         if (!accumulate)
             for (int64_t i = 0; i < M; i++)
@@ -99,7 +106,6 @@ static int AFL_F(sgemm)(int trans_a, int64_t M, int64_t N, int64_t K,
     }
     float *bp = (float *)afl_aligned_alloc((size_t)(max_kc * n_pad) * sizeof(float));
     if (!bp) return -1;
-    if (n_threads < 1) n_threads = 1;
     if (n_threads > n_tiles) n_threads = (int)n_tiles;
     int failed = 0;
 #ifdef _OPENMP
@@ -128,8 +134,8 @@ static int AFL_F(sgemm)(int trans_a, int64_t M, int64_t N, int64_t K,
 #endif
             for (int64_t t = 0; t < n_tiles; t++) {
                 if (!ap) continue;
-                int64_t m0 = t * AFL_MC;
-                int64_t mc = M - m0 < AFL_MC ? M - m0 : AFL_MC;
+                int64_t m0 = t * mc_tile;
+                int64_t mc = M - m0 < mc_tile ? M - m0 : mc_tile;
                 AFL_F(pack_a)(trans_a, A, lda, m0, mc, k0, kc, ap);
                 for (int64_t j0 = 0; j0 < N; j0 += AFL_NR) {
                     int64_t nr = N - j0 < AFL_NR ? N - j0 : AFL_NR;
