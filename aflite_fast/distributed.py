@@ -20,6 +20,7 @@ e. Every phase reports the bytes it moved (``DaskPhaseScores.bytes_moved``).
 Results do not depend on the chunking, the number of workers or the blocking: the kernel's
 sums are fixed by positions in the active set (see ``engine`` and ``kernel``).
 """
+import functools
 import os
 import time
 from dataclasses import dataclass, field
@@ -80,26 +81,32 @@ def _memmap_source(X):
     return name, start + (X.ctypes.data - base)
 
 
-def _memmap_as_dask(X, chunk_rows):
+def _chunked_rows(n, d, dtype, step, read, key):
+    """Dask array of n x d rows, chunk [s, e) read on a worker by ``read(s, e)`` under ``key(s, e)``."""
     import dask
     da, _ = _import_dask()
-    path, offset = _memmap_source(X)
-    n, d = X.shape
-    step = chunk_rows or default_chunk_rows(d, X.dtype.itemsize)
-    st = os.stat(path)
     parts = []
     for s in range(0, n, step):
         e = min(n, s + step)
-        key = f"mmap-rows-{dask.base.tokenize(path, st.st_size, st.st_mtime_ns, offset, X.shape, str(X.dtype), s, e)}"
-        parts.append(da.from_delayed(
-            dask.delayed(_read_raw_rows, pure=True)(path, offset, X.dtype, X.shape, s, e, dask_key_name=key),
-            shape=(e - s, d), dtype=X.dtype))
+        parts.append(da.from_delayed(dask.delayed(read, pure=True)(s, e, dask_key_name=key(s, e)),
+                                     shape=(e - s, d), dtype=dtype))
     return da.concatenate(parts, axis=0)
+
+
+def _memmap_as_dask(X, chunk_rows):
+    import dask
+    path, offset = _memmap_source(X)
+    n, d = X.shape
+    st = os.stat(path)
+    token = (path, st.st_size, st.st_mtime_ns, offset, X.shape, str(X.dtype))
+    return _chunked_rows(
+        n, d, X.dtype, chunk_rows or default_chunk_rows(d, X.dtype.itemsize),
+        functools.partial(_read_raw_rows, path, offset, X.dtype, X.shape),
+        lambda s, e: f"mmap-rows-{dask.base.tokenize(*token, s, e)}")
 
 
 def _npy_as_dask(path, chunk_rows):
     import dask
-    da, _ = _import_dask()
     try:
         mm = np.load(path, mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError) as exc:
@@ -107,16 +114,13 @@ def _npy_as_dask(path, chunk_rows):
     if mm.ndim != 2:
         raise ValueError(f"X must be 2-D (rows x features), got {mm.ndim}-D with shape {mm.shape} in {path!r}")
     n, d = mm.shape
-    step = chunk_rows or default_chunk_rows(d, mm.dtype.itemsize)
     st = os.stat(path)
-    parts = []
-    for s in range(0, n, step):
-        e = min(n, s + step)
-        # The key names the file, its size and mtime, and the rows: a changed file is re-read.
-        key = f"npy-rows-{dask.base.tokenize(os.path.abspath(path), st.st_size, st.st_mtime_ns, s, e)}"
-        parts.append(da.from_delayed(dask.delayed(_read_npy_rows, pure=True)(path, s, e, dask_key_name=key),
-                                     shape=(e - s, d), dtype=mm.dtype))
-    return da.concatenate(parts, axis=0)
+    # The key names the file, its size and mtime, and the rows: a changed file is re-read.
+    token = (os.path.abspath(path), st.st_size, st.st_mtime_ns)
+    return _chunked_rows(
+        n, d, mm.dtype, chunk_rows or default_chunk_rows(d, mm.dtype.itemsize),
+        functools.partial(_read_npy_rows, path),
+        lambda s, e: f"npy-rows-{dask.base.tokenize(*token, s, e)}")
 
 
 def as_dask_array(X, *, chunk_rows=None):
