@@ -37,6 +37,7 @@ cdef extern from "afl_gemm.h" nogil:
                   float *C, double *Cd, int64_t ldc, int accumulate,
                   const int64_t *kb, int64_t nkb, int n_threads)
     const char *afl_gemm_isa()
+    unsigned AFL_GEMM_PACK_BYTES
 
 cdef extern from "afl_losses.h" nogil:
     ctypedef double (*afl_user_weight_fn)(double, const double *, double *)
@@ -70,6 +71,11 @@ def openmp_enabled():
 def gemm_isa():
     """Instruction set the GEMM dispatches to on this machine."""
     return afl_gemm_isa().decode()
+
+
+def gemm_pack_bytes():
+    """Bytes of the GEMM's shared buffer of packed B (one K-block more when a block is larger)."""
+    return int(AFL_GEMM_PACK_BYTES)
 
 
 def sgemm(bint trans_a,

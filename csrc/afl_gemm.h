@@ -13,12 +13,19 @@
  *     defined by the caller independently of which rows are present.
  *  D. With a double output Cd, each block's float32 sum is added in double, so only
  *     within-block sums carry float32 rounding (the gradient over many rows needs this).
- *  E. Speed: BLIS-style packing and a register-blocked micro-kernel written with GCC vector
- *     extensions, compiled for AVX-512, AVX2+FMA and a baseline, picked at run time.
+ *  E. Speed: a register-blocked micro-kernel written with GCC vector extensions, compiled for
+ *     AVX-512, AVX2+FMA and a baseline, picked at run time.  B is packed into zero-padded
+ *     panels a chunk of K-blocks at a time (at most AFL_GEMM_PACK_BYTES), so threads meet once
+ *     per chunk; A is read where it lies: the products here have N of a few hundred columns
+ *     or less, so each part of A is used by few B panels and a packed copy would not repay
+ *     its memory traffic (measured: the narrow products of 25 columns ran 2x slower with it).
  */
 #ifndef AFL_GEMM_H
 #define AFL_GEMM_H
 #include <stdint.h>
+
+/* Upper bound of the shared packing buffer of B (one K-block more if a block is larger). */
+#define AFL_GEMM_PACK_BYTES (4u << 20)
 
 #ifdef __cplusplus
 extern "C" {

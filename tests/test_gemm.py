@@ -91,6 +91,25 @@ def test_bitwise_same_with_one_and_two_threads(seed, trans_a):
     assert np.array_equal(one.view(np.uint32), many.view(np.uint32))
 
 
+@pytest.mark.parametrize("trans_a", [False, True])
+def test_k_spanning_several_packing_chunks(seed, trans_a):
+    """B is packed a chunk of K-blocks at a time (``gemm_pack_bytes``); a K long enough for
+    several chunks, with a block that straddles where a chunk would end, gives the float64
+    product within the bound and the same bits with 1 and 2 threads."""
+    rng = np.random.default_rng([seed, 5, trans_a])
+    M, N = 29, 3
+    # one padded panel holds 2 * 16 floats per K-row at most, so this K needs >= 3 chunks
+    K = 3 * _kernel.gemm_pack_bytes() // (4 * 16) + 1000
+    A = _rand(rng, K, M) if trans_a else _rand(rng, M, K)
+    B = _rand(rng, K, N)
+    kb = np.unique(np.concatenate((np.arange(0, K, 256), [K], [K // 3 + 7, K // 3 + 9000])))
+    one = _sgemm(A, B, kb, trans_a=trans_a, n_threads=1)
+    two = _sgemm(A, B, kb, trans_a=trans_a, n_threads=2)
+    assert np.array_equal(one.view(np.uint32), two.view(np.uint32))
+    ref = (A.T if trans_a else A).astype(np.float64) @ B.astype(np.float64)
+    assert np.all(np.abs(one - ref) <= _bound(A, B, kb, trans_a))
+
+
 def _kept_blocks(kb, keep):
     """Block boundaries after removing K-rows: each old block keeps its own rows (maybe none)."""
     pos = np.concatenate(([0], np.cumsum(keep)))
