@@ -66,9 +66,11 @@ def extensions():
 
     kernel = Extension(
         "aflite_fast._kernel",
-        sources=["aflite_fast/_kernel.pyx", os.path.join(CSRC, "afl_gemm.c")],
+        sources=["aflite_fast/_kernel.pyx", os.path.join(CSRC, "afl_gemm.c"),
+                 os.path.join(CSRC, "afl_rowpass.c")],
         include_dirs=[CSRC],
-        depends=[os.path.join(CSRC, h) for h in ("afl_gemm.h", "afl_gemm_impl.h", "afl_losses.h", "afl_omp.h")],
+        depends=[os.path.join(CSRC, h) for h in ("afl_gemm.h", "afl_gemm_impl.h", "afl_losses.h",
+                                                  "afl_omp.h", "afl_rowpass.h", "afl_rowpass_impl.h")],
     )
     return cythonize(
         [kernel],

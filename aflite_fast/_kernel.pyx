@@ -39,7 +39,15 @@ cdef extern from "afl_gemm.h" nogil:
     const char *afl_gemm_isa()
     unsigned AFL_GEMM_PACK_BYTES
 
+cdef extern from "afl_rowpass.h" nogil:
+    int64_t afl_ce_work_len(int64_t n_logits)
+    void afl_ce_rows(int64_t r0, int64_t r1, int C, int64_t nA, int64_t B,
+                     float *Z, int64_t ldz, const int32_t *y, const uint8_t *member,
+                     const int64_t *active, const double *inv_n, double *loss,
+                     double *work, double *acc)
+
 cdef extern from "afl_losses.h" nogil:
+    enum: AFL_LOSS_CE
     ctypedef double (*afl_user_weight_fn)(double, const double *, double *)
     int afl_softmax(int C, const float *z, double *p)
     double afl_row_loss(int code, const double *params, afl_user_weight_fn user,
@@ -371,8 +379,14 @@ cdef int _train(const float *X, const int32_t *y, const uint8_t *member,
                 break
             # per-row loss and logit gradient (in place), row blocks in parallel
             with parallel(num_threads=n_threads):
-                pbuf = <double *> malloc(C * sizeof(double))
+                pbuf = <double *> malloc((afl_ce_work_len(B * C) + 4 * B) * sizeof(double))
                 for rb in prange(nrb, schedule='dynamic'):
+                    if loss_code == AFL_LOSS_CE:
+                        # cross-entropy: vectorised exponentials, one log per block and model
+                        afl_ce_rows(row_blocks[rb], row_blocks[rb + 1], C, nA, B, Z, ldz, y,
+                                    member, active, inv_n, lossp + rb * B, pbuf,
+                                    pbuf + afl_ce_work_len(B * C))
+                        continue
                     for a in range(nA):
                         lossp[rb * B + a] = 0.0
                     for i in range(row_blocks[rb], row_blocks[rb + 1]):

@@ -139,6 +139,16 @@ def make_folds(cv, codes, random_state=None):
     return folds
 
 
+def _overhead_bytes(n, n_models, D, n_classes, budget):
+    """Bytes held outside the blocks and prediction chunks: per row the training and held-out
+    masks (one byte per model each), label codes, ``seen``/``correct``/``prob_label`` and
+    ``proba_sum`` with the float32 result and its temporaries; the models (float64 and the
+    float32 prediction operand) and the gather buffer."""
+    per_row = 2 * n_models + 4 + 16 + n_classes * (8 + 4 + 8)
+    models = n_models * D * n_classes * (8 + 4)
+    return n * per_row + models + engine.gather_chunk_bytes(budget)
+
+
 def _fit_predict_subsets(X, codes, center, member, heldout, *, n_classes, C, loss, options,
                          max_memory, n_threads):
     """Train one model per column of ``member`` and accumulate predictions where ``heldout``.
@@ -150,11 +160,18 @@ def _fit_predict_subsets(X, codes, center, member, heldout, *, n_classes, C, los
     n, d = X.shape
     D = d + 1
     K = member.shape[1]
-    blocks = engine.plan_blocks(member, budget, d, n_classes, options.history)
+    overhead = _overhead_bytes(n, K, D, n_classes, budget)
+    if overhead >= budget:
+        raise MemoryError(
+            f"max_memory={budget / 1e9:.3g} GB does not cover the per-row arrays "
+            f"({overhead / 1e9:.3g} GB for {n} rows and {K} models); raise max_memory")
+    budget -= overhead
+    blocks = engine.plan_blocks(member, budget, d, n_classes, options.history, overhead)
     coef = np.zeros((K, D, n_classes))
     n_iter = np.zeros(K, dtype=np.int32)
     status = np.zeros(K, dtype=np.int32)
     Ck = engine.kernel_C(C, n_classes)
+    Xa_all = None  # the gathered rows, kept for prediction when one block trained on all rows
     for block in blocks:
         bm = member[:, block]
         union = np.flatnonzero(bm.any(axis=1))
@@ -166,6 +183,8 @@ def _fit_predict_subsets(X, codes, center, member, heldout, *, n_classes, C, los
         coef[block] = coef_b
         n_iter[block] = info["n_iter"]
         status[block] = info["status"]
+        if len(blocks) == 1 and union.size == n:
+            Xa_all = Xa
         del Xa
     seen = np.zeros(n, dtype=np.int32)
     correct = np.zeros(n, dtype=np.int32)
@@ -173,11 +192,16 @@ def _fit_predict_subsets(X, codes, center, member, heldout, *, n_classes, C, los
     proba_sum = np.zeros((n, n_classes), dtype=np.float64)
     W = kernel.stack_weights(coef)
     rows = np.flatnonzero(heldout.any(axis=1))
-    per_row = D * 4 + K * n_classes * 4 + K + 64
-    chunk = int(max(1024, min(max(rows.size, 1), (budget // 2) // per_row)))
+    per_row = engine.prediction_row_bytes(d, K, n_classes)
+    chunk = int(max(1024, min(max(rows.size, 1), budget // per_row)))
     for s0 in range(0, rows.size, chunk):
         r = rows[s0:s0 + chunk]
-        Xa = gather_rows(X, r, center, np.empty((r.size, D), dtype=np.float32))
+        if Xa_all is not None and r[-1] - r[0] + 1 == r.size:
+            Xa = Xa_all[r[0]:r[-1] + 1]  # consecutive rows: a view, nothing gathered again
+        elif Xa_all is not None:
+            Xa = Xa_all[r]
+        else:
+            Xa = gather_rows(X, r, center, np.empty((r.size, D), dtype=np.float32))
         s_seen, s_correct = seen[r], correct[r]
         s_prob, s_sum = prob_label[r], proba_sum[r]
         kernel.predict_accumulate(Xa, codes[r], np.ascontiguousarray(heldout[r]), W, n_classes,

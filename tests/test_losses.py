@@ -151,6 +151,30 @@ def test_loss_value_at_unequal_logits():
     assert kernel_row_loss("ce", {}, [0.0, 120.0], 0) == pytest.approx(120.0, rel=1e-12)
 
 
+@pytest.mark.parametrize("n_classes", [3, 60])
+def test_ce_fast_path_equals_generic_path(seed, n_classes):
+    """CE has its own row pass (csrc/afl_rowpass.h: polynomial exp, one log per row block);
+    SCE with alpha=1, beta=0 is the same loss through the generic libm path.  Objectives at
+    random points (max_iter=0) and the models after a few L-BFGS steps must agree, with large
+    logits and, at 60 classes with near-uniform models, products of softmax denominators
+    beyond 1e280 within a row block, which must be folded into the sum of logs."""
+    rng = np.random.default_rng([seed, n_classes])
+    n, d, B = 700, 7, 5
+    Xa = kernel.augment_rows(rng.standard_normal((n, d)).astype(np.float32) * 3)
+    y = rng.integers(0, n_classes, n).astype(np.int32)
+    member = (rng.random((n, B)) < 0.9).astype(np.uint8)
+    start = rng.standard_normal((B, d + 1, n_classes)) * np.array([2, 2, 2, 1e-3, 1e-3])[:, None, None]
+    sce = resolve_loss("sce", {"alpha": 1.0, "beta": 0.0, "A": -4.0}, n_classes)
+    for max_iter, rtol in ((0, 1e-12), (5, 1e-7)):
+        opts = kernel.SolverOptions(max_iter=max_iter, tol=0.0)
+        c_fast, i_fast = kernel.train_models(Xa, y, member, n_classes, loss="ce", coef=start.copy(),
+                                             options=opts)
+        c_gen, i_gen = kernel.train_models(Xa, y, member, n_classes, loss=sce, coef=start.copy(),
+                                           options=opts)
+        np.testing.assert_allclose(i_fast["objective"], i_gen["objective"], rtol=rtol)
+        np.testing.assert_allclose(c_fast, c_gen, rtol=rtol, atol=rtol * np.abs(c_gen).max())
+
+
 # --- b. finite differences of the compiled values vs the analytic gradient -------------------
 @pytest.mark.parametrize("loss", LOSS_NAMES)
 def test_logit_gradient_matches_finite_differences(loss, seed):
