@@ -22,7 +22,7 @@ F. Prediction evaluates all models of a block on a chunk of rows with one GEMM a
 
 Every array argument is marked IN or OUT; outputs are allocated by the caller (kernel.py).
 """
-from libc.stdlib cimport malloc, free
+from libc.stdlib cimport malloc, calloc, free
 from libc.string cimport memset, memcpy
 from libc.math cimport fabs, sqrt, isfinite
 from libc.stdint cimport int64_t, int32_t, uint8_t, uintptr_t
@@ -40,11 +40,11 @@ cdef extern from "afl_gemm.h" nogil:
     unsigned AFL_GEMM_PACK_BYTES
 
 cdef extern from "afl_rowpass.h" nogil:
-    int64_t afl_ce_work_len(int64_t n_logits)
+    int64_t afl_pad(int64_t n)
+    int64_t afl_ce_work_len(int C, int64_t nA)
     void afl_ce_rows(int64_t r0, int64_t r1, int C, int64_t nA, int64_t B,
                      float *Z, int64_t ldz, const int32_t *y, const uint8_t *member,
-                     const int64_t *active, const double *inv_n, double *loss,
-                     double *work, double *acc)
+                     const int64_t *active, const double *scale, double *loss, double *work)
 
 cdef extern from "afl_losses.h" nogil:
     enum: AFL_LOSS_CE
@@ -311,6 +311,7 @@ cdef int _train(const float *X, const int32_t *y, const uint8_t *member,
     cdef double loss_sum, reg, xv
     cdef double *pbuf
     cdef float *zrow
+    cdef float *zb
 
     # scratch; freed at the end whatever happens
     cdef float *Wt = <float *> malloc(D * BC * sizeof(float))
@@ -336,12 +337,14 @@ cdef int _train(const float *X, const int32_t *y, const uint8_t *member,
     cdef int *mem_len = <int *> malloc(B * sizeof(int))
     cdef int *mem_head = <int *> malloc(B * sizeof(int))
     cdef int64_t *active = <int64_t *> malloc(B * sizeof(int64_t))
+    # gradient scale (1 / rows) of each active model, padded for the vectorised CE row pass
+    cdef double *sca = <double *> calloc(afl_pad(B), sizeof(double))
 
     if (Wt == NULL or Z == NULL or Gw == NULL or lossp == NULL or xt == NULL or gt == NULL
             or g == NULL or p == NULL or S == NULL or Y == NULL or rho == NULL or alph == NULL
             or f == NULL or ft == NULL or alpha == NULL or gp == NULL or state == NULL
             or status == NULL or iters == NULL or n_ls == NULL or mem_len == NULL
-            or mem_head == NULL or active == NULL):
+            or mem_head == NULL or active == NULL or sca == NULL):
         rc = -1
     else:
         for j in range(B):
@@ -372,34 +375,40 @@ cdef int _train(const float *X, const int32_t *y, const uint8_t *member,
                     xt[j * P + k] = xv
                 for r in range(D):
                     for c in range(C):
-                        Wt[r * ldz + a * C + c] = <float> xt[j * P + r * C + c]
+                        Wt[r * ldz + c * nA + a] = <float> xt[j * P + r * C + c]
+                sca[a] = inv_n[j]
             # logits of every row for every active model: one GEMM
             if afl_sgemm(0, n, ldz, D, X, D, Wt, ldz, Z, NULL, ldz, 0, col_blocks, ncb, n_threads) != 0:
                 rc = -1
                 break
             # per-row loss and logit gradient (in place), row blocks in parallel
             with parallel(num_threads=n_threads):
-                pbuf = <double *> malloc((afl_ce_work_len(B * C) + 4 * B) * sizeof(double))
+                pbuf = <double *> malloc(afl_ce_work_len(C, B) * sizeof(double))
+                zb = <float *> malloc(C * sizeof(float))
                 for rb in prange(nrb, schedule='dynamic'):
                     if loss_code == AFL_LOSS_CE:
-                        # cross-entropy: vectorised exponentials, one log per block and model
+                        # cross-entropy: vectorised over the models of the round
                         afl_ce_rows(row_blocks[rb], row_blocks[rb + 1], C, nA, B, Z, ldz, y,
-                                    member, active, inv_n, lossp + rb * B, pbuf,
-                                    pbuf + afl_ce_work_len(B * C))
+                                    member, active, sca, lossp + rb * B, pbuf)
                         continue
                     for a in range(nA):
                         lossp[rb * B + a] = 0.0
                     for i in range(row_blocks[rb], row_blocks[rb + 1]):
                         for a in range(nA):
                             j = active[a]
-                            zrow = Z + i * ldz + a * C
+                            zrow = Z + i * ldz + a
                             if member[i * B + j]:
-                                lossp[rb * B + a] += afl_row_loss(loss_code, params, user, C, zrow,
-                                                                  y[i], pbuf, inv_n[j], zrow)
+                                for c in range(C):
+                                    zb[c] = zrow[c * nA]
+                                lossp[rb * B + a] += afl_row_loss(loss_code, params, user, C, zb,
+                                                                  y[i], pbuf, inv_n[j], zb)
+                                for c in range(C):
+                                    zrow[c * nA] = zb[c]
                             else:
                                 for c in range(C):
-                                    zrow[c] = 0.0
+                                    zrow[c * nA] = 0.0
                 free(pbuf)
+                free(zb)
             # gradient of every active model: one GEMM, summed over the same row blocks
             if afl_sgemm(1, D, ldz, n, X, D, Z, ldz, NULL, Gw, ldz, 0, row_blocks, nrb, n_threads) != 0:
                 rc = -1
@@ -415,7 +424,7 @@ cdef int _train(const float *X, const int32_t *y, const uint8_t *member,
                 ft[j] = loss_sum * inv_n[j] + 0.5 * l2[j] * reg
                 for r in range(D):
                     for c in range(C):
-                        gt[j * P + r * C + c] = Gw[r * ldz + a * C + c]
+                        gt[j * P + r * C + c] = Gw[r * ldz + c * nA + a]
                         if r < D - 1:
                             gt[j * P + r * C + c] = gt[j * P + r * C + c] + l2[j] * xt[j * P + r * C + c]
                 _solver_step(P, hist, &state[j], &status[j], &iters[j],
@@ -432,7 +441,7 @@ cdef int _train(const float *X, const int32_t *y, const uint8_t *member,
     free(Wt); free(Z); free(Gw); free(lossp); free(xt); free(gt); free(g); free(p)
     free(S); free(Y); free(rho); free(alph); free(f); free(ft); free(alpha); free(gp)
     free(state); free(status); free(iters); free(n_ls); free(mem_len); free(mem_head)
-    free(active)
+    free(active); free(sca)
     return rc
 
 

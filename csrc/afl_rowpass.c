@@ -5,14 +5,11 @@
 #include "afl_gemm.h"
 #include "afl_rowpass.h"
 
-/* exp runs over a buffer padded to a multiple of this many doubles (one AVX-512 vector x 2),
- * so no element is ever computed by a scalar remainder loop. */
-#define AFL_EXP_PAD 16
-
-int64_t afl_ce_work_len(int64_t n_logits)
-{
-    return (n_logits + AFL_EXP_PAD - 1) / AFL_EXP_PAD * AFL_EXP_PAD;
-}
+#if defined(__GNUC__) && !defined(__clang__)
+#define AFL_IVDEP _Pragma("GCC ivdep")
+#else
+#define AFL_IVDEP
+#endif
 
 #define AFL_SFX _generic
 #include "afl_rowpass_impl.h"
@@ -37,22 +34,21 @@ int64_t afl_ce_work_len(int64_t n_logits)
 
 void afl_ce_rows(int64_t r0, int64_t r1, int C, int64_t nA, int64_t B,
                  float *Z, int64_t ldz, const int32_t *y, const uint8_t *member,
-                 const int64_t *active, const double *inv_n, double *loss,
-                 double *work, double *acc)
+                 const int64_t *active, const double *scale, double *loss, double *work)
 {
     /* the same instruction set as the GEMM (afl_gemm_isa honours AFLITE_FAST_ISA) */
     const char *isa = afl_gemm_isa();
 #ifdef AFL_X86_CLONES
     if (strcmp(isa, "avx512") == 0) {
-        ce_rows_avx512(r0, r1, C, nA, B, Z, ldz, y, member, active, inv_n, loss, work, acc);
+        ce_rows_avx512(r0, r1, C, nA, B, Z, ldz, y, member, active, scale, loss, work);
         return;
     }
     if (strcmp(isa, "avx2") == 0) {
-        ce_rows_avx2(r0, r1, C, nA, B, Z, ldz, y, member, active, inv_n, loss, work, acc);
+        ce_rows_avx2(r0, r1, C, nA, B, Z, ldz, y, member, active, scale, loss, work);
         return;
     }
 #else
     (void)isa;
 #endif
-    ce_rows_generic(r0, r1, C, nA, B, Z, ldz, y, member, active, inv_n, loss, work, acc);
+    ce_rows_generic(r0, r1, C, nA, B, Z, ldz, y, member, active, scale, loss, work);
 }

@@ -11,10 +11,13 @@
  *  B. exp is a double-precision polynomial with range reduction, accurate to a few units in
  *     the last place: the objective keeps double precision so the line search sees the same
  *     decreases as with libm.
- *  C. Determinism: every lane of the exponential loop runs the same code and the buffer is
- *     padded to a whole number of vectors, so a model's values do not depend on its position
- *     in the round, on the other models of the block or on the thread; sums over rows run in
- *     row order within the caller's row block.
+ *  C. Logits are laid out class-major (all models' class-0 logits, then class 1, ...), so
+ *     the max, the denominators, the gradient scale and the running sums are loops over the
+ *     models of the round that the compiler vectorises, whatever the number of classes.
+ *  D. Determinism: every lane runs the same code and per-model buffers are padded to whole
+ *     vectors, so a model's values do not depend on its position in the round, on the other
+ *     models of the block or on the thread; sums over rows run in row order within the
+ *     caller's row block.
  */
 #ifndef AFL_ROWPASS_H
 #define AFL_ROWPASS_H
@@ -24,17 +27,23 @@
 extern "C" {
 #endif
 
-/* Length (doubles) of the scratch `work` of afl_ce_rows for n_logits = nA * C. */
-int64_t afl_ce_work_len(int64_t n_logits);
+/* Model counts are padded to a multiple of this (two AVX-512 vectors of doubles), so every
+ * per-model loop runs whole vectors and no element is computed by a scalar remainder loop. */
+#define AFL_PAD 16
+static inline int64_t afl_pad(int64_t n) { return (n + AFL_PAD - 1) / AFL_PAD * AFL_PAD; }
 
-/* For rows r0 <= i < r1 and active models a < nA (model index active[a] in 0..B-1):
- * where member[i * B + active[a]], replace Z[i, a*C : a*C+C] by inv_n[active[a]] * (p - e_y)
- * and add -log p_y to loss[a]; elsewhere set them to zero.  loss[a] is overwritten with the
- * block's sum.  work: afl_ce_work_len(nA * C) doubles; acc: 4 * nA doubles. */
+/* Length (doubles) of the scratch `work` of afl_ce_rows. */
+static inline int64_t afl_ce_work_len(int C, int64_t nA) { return (C + 9) * afl_pad(nA); }
+
+/* Logits are class-major within a row: class c of active model a is Z[i * ldz + c * nA + a],
+ * so each per-model step is a loop over models.  For rows r0 <= i < r1 and models a < nA
+ * (model active[a] of 0..B-1): where member[i * B + active[a]], replace the model's logits by
+ * scale[a] * (p - e_y) and add -log p_y to its sum; elsewhere set them to zero.  loss[a]
+ * receives the block's sum.  scale: afl_pad(nA) doubles (entries from nA on are ignored);
+ * work: afl_ce_work_len(C, nA) doubles. */
 void afl_ce_rows(int64_t r0, int64_t r1, int C, int64_t nA, int64_t B,
                  float *Z, int64_t ldz, const int32_t *y, const uint8_t *member,
-                 const int64_t *active, const double *inv_n, double *loss,
-                 double *work, double *acc);
+                 const int64_t *active, const double *scale, double *loss, double *work);
 
 #ifdef __cplusplus
 }
