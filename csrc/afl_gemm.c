@@ -17,10 +17,12 @@ static void afl_aligned_free(void *p) { free(p); }
 #define AFL_SFX _generic
 #define AFL_VL 4
 #define AFL_MR 6
+#define AFL_MRS 12
 #include "afl_gemm_impl.h"
 #undef AFL_SFX
 #undef AFL_VL
 #undef AFL_MR
+#undef AFL_MRS
 
 #if defined(__GNUC__) && !defined(__clang__) && (defined(__x86_64__) || defined(_M_X64))
 #define AFL_X86_CLONES 1
@@ -29,10 +31,12 @@ static void afl_aligned_free(void *p) { free(p); }
 #define AFL_SFX _avx2
 #define AFL_VL 8
 #define AFL_MR 6
+#define AFL_MRS 12
 #include "afl_gemm_impl.h"
 #undef AFL_SFX
 #undef AFL_VL
 #undef AFL_MR
+#undef AFL_MRS
 #pragma GCC pop_options
 
 #pragma GCC push_options
@@ -40,10 +44,12 @@ static void afl_aligned_free(void *p) { free(p); }
 #define AFL_SFX _avx512
 #define AFL_VL 16
 #define AFL_MR 12
+#define AFL_MRS 28
 #include "afl_gemm_impl.h"
 #undef AFL_SFX
 #undef AFL_VL
 #undef AFL_MR
+#undef AFL_MRS
 #pragma GCC pop_options
 #endif
 

@@ -19,6 +19,10 @@
  *     per chunk; A is read where it lies: the products here have N of a few hundred columns
  *     or less, so each part of A is used by few B panels and a packed copy would not repay
  *     its memory traffic (measured: the narrow products of 25 columns ran 2x slower with it).
+ *  F. Narrow gradient products (op(A) = A^T, N <= 28 columns with AVX-512, 12 otherwise)
+ *     keep a vector strip of every output column in registers for a whole K-block and
+ *     broadcast B straight from its rows: no padding of N, no packing.  Per element the
+ *     arithmetic is the one of D and B above, so both paths give the same bits.
  */
 #ifndef AFL_GEMM_H
 #define AFL_GEMM_H

@@ -86,6 +86,132 @@ static void AFL_F(tile)(int trans_a, const float *A, int64_t lda, int64_t m, int
     }
 }
 
+/* ---- Narrow gradient products: op(A) = A^T with N <= AFL_MRS columns -------------------
+ * C[m, j] = sum_k A[k, m] B[k, j] where B has a few columns (the logit gradients of a round
+ * with few models, e.g. 25 for 5 folds x 5 classes).  The general path pads N to 2 * VL and
+ * re-reads each A row segment per micro-tile; here a strip of VL consecutive m is one
+ * vector, the N accumulators (one per column j) stay in registers for a whole K-block, and
+ * B[k, j] is broadcast straight from B's row.  Every element is still a sequential FMA chain
+ * over the k of a block from zero, and blocks are combined as in the general path, so the
+ * two paths give the same bits. */
+#define AFL_SN(n) AFL_CAT(AFL_F(strip), AFL_CAT(_n, n))
+#define AFL_DEF_STRIP(n)                                                                     \
+    static void AFL_SN(n)(int64_t kc, const float *restrict x, int64_t ldx,                  \
+                          const float *restrict b, int64_t ldb, AFL_F(vf_t) *restrict out)    \
+    {                                                                                        \
+        AFL_F(vf_t) c[n];                                                                    \
+        const AFL_F(vf_t) zero = {0};                                                        \
+        _Pragma("GCC unroll 32") for (int i = 0; i < n; i++) c[i] = zero;                    \
+        for (int64_t k = 0; k < kc; k++) {                                                   \
+            AFL_F(vf_t) xv = *(const AFL_F(vf_t) *)(x + k * ldx);                            \
+            _Pragma("GCC unroll 32") for (int i = 0; i < n; i++) c[i] += xv * b[k * ldb + i];\
+        }                                                                                    \
+        _Pragma("GCC unroll 32") for (int i = 0; i < n; i++) out[i] = c[i];                  \
+    }
+#define AFL_STRIPS_12(X) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12)
+#define AFL_STRIPS_28(X) AFL_STRIPS_12(X) X(13) X(14) X(15) X(16) X(17) X(18) X(19) X(20) \
+    X(21) X(22) X(23) X(24) X(25) X(26) X(27) X(28)
+#if AFL_MRS == 28
+#define AFL_STRIPS AFL_STRIPS_28
+#elif AFL_MRS == 12
+#define AFL_STRIPS AFL_STRIPS_12
+#else
+#error "AFL_MRS must be 12 or 28"
+#endif
+AFL_STRIPS(AFL_DEF_STRIP)
+typedef void (*AFL_F(strip_fn))(int64_t, const float *, int64_t, const float *, int64_t,
+                                AFL_F(vf_t) *);
+#define AFL_STRIP_ENTRY(n) AFL_SN(n),
+static const AFL_F(strip_fn) AFL_F(strip_table)[AFL_MRS + 1] = {NULL, AFL_STRIPS(AFL_STRIP_ENTRY)};
+
+static int AFL_F(sgemm_narrow_t)(int64_t M, int64_t N, const float *A, int64_t lda,
+                                 const float *B, int64_t ldb, float *C, double *Cd, int64_t ldc,
+                                 int accumulate, const int64_t *kb, int64_t nkb, int n_threads)
+{
+    AFL_F(strip_fn) fn = AFL_F(strip_table)[N];
+    int64_t n_strips = (M + AFL_VL - 1) / AFL_VL, max_kc = 0;
+    for (int64_t b = 0; b < nkb; b++)
+        if (kb[b + 1] - kb[b] > max_kc) max_kc = kb[b + 1] - kb[b];
+    if (n_threads > n_strips) n_threads = (int)n_strips;
+    if (n_threads < 1) n_threads = 1;
+    int failed = 0;
+#ifdef _OPENMP
+#pragma omp parallel num_threads(n_threads)
+#endif
+    {
+        /* each thread owns strips [s_lo, s_hi) for every K-block: no barrier is needed */
+        int64_t tid = omp_get_thread_num(), nth = omp_get_num_threads();
+        int64_t s_lo = n_strips * tid / nth, s_hi = n_strips * (tid + 1) / nth, ns = s_hi - s_lo;
+        /* running sums of the thread's strips, transposed: T[((s - s_lo) * N + j) * VL + l] */
+        size_t tlen = (size_t)(ns * N * AFL_VL);
+        double *Td = Cd ? (double *)afl_aligned_alloc(tlen * sizeof(double)) : NULL;
+        float *Tf = Cd ? NULL : (float *)afl_aligned_alloc(tlen * sizeof(float));
+        float *xs = (float *)afl_aligned_alloc((size_t)(max_kc * AFL_VL) * sizeof(float));
+        AFL_F(vf_t) acc[AFL_MRS];
+        float *af = (float *)acc;
+        int ok = (Cd ? Td != NULL : Tf != NULL) && xs != NULL;
+        if (!ok) {
+#ifdef _OPENMP
+#pragma omp atomic write
+#endif
+            failed = 1;
+        }
+        if (ok && accumulate)
+            for (int64_t s = s_lo; s < s_hi; s++) {
+                int64_t m0 = s * AFL_VL, w = M - m0 < AFL_VL ? M - m0 : AFL_VL;
+                for (int64_t j = 0; j < N; j++)
+                    for (int64_t l = 0; l < w; l++) {
+                        size_t t = (size_t)(((s - s_lo) * N + j) * AFL_VL + l);
+                        if (Cd) Td[t] = Cd[(m0 + l) * ldc + j]; else Tf[t] = C[(m0 + l) * ldc + j];
+                    }
+            }
+        for (int64_t b = 0; b < nkb && ok; b++) {
+            int64_t k0 = kb[b], kc = kb[b + 1] - kb[b];
+            int first = (b == 0) && !accumulate;
+            if (kc <= 0 && !first) continue;
+            for (int64_t s = s_lo; s < s_hi; s++) {
+                int64_t m0 = s * AFL_VL, w = M - m0 < AFL_VL ? M - m0 : AFL_VL;
+                const float *x = A + k0 * lda + m0;
+                int64_t ldx = lda;
+                if (w < AFL_VL) {
+                    /* last, partial strip: a zero-padded copy (never read past A's end) */
+                    for (int64_t k = 0; k < kc; k++)
+                        for (int64_t l = 0; l < AFL_VL; l++)
+                            xs[k * AFL_VL + l] = l < w ? A[(k0 + k) * lda + m0 + l] : 0.0f;
+                    x = xs;
+                    ldx = AFL_VL;
+                }
+                fn(kc, x, ldx, B + k0 * ldb, ldb, acc);
+                size_t t0 = (size_t)((s - s_lo) * N * AFL_VL);
+                if (Cd) {
+                    if (first) for (int64_t t = 0; t < N * AFL_VL; t++) Td[t0 + t] = (double)af[t];
+                    else for (int64_t t = 0; t < N * AFL_VL; t++) Td[t0 + t] += (double)af[t];
+                } else {
+                    if (first) for (int64_t t = 0; t < N * AFL_VL; t++) Tf[t0 + t] = af[t];
+                    else for (int64_t t = 0; t < N * AFL_VL; t++) Tf[t0 + t] += af[t];
+                }
+            }
+        }
+        if (ok)
+            for (int64_t s = s_lo; s < s_hi; s++) {
+                int64_t m0 = s * AFL_VL, w = M - m0 < AFL_VL ? M - m0 : AFL_VL;
+                for (int64_t l = 0; l < w; l++)
+                    for (int64_t j = 0; j < N; j++) {
+                        size_t t = (size_t)(((s - s_lo) * N + j) * AFL_VL + l);
+                        if (Cd) Cd[(m0 + l) * ldc + j] = Td[t]; else C[(m0 + l) * ldc + j] = Tf[t];
+                    }
+            }
+        afl_aligned_free(Td);
+        afl_aligned_free(Tf);
+        afl_aligned_free(xs);
+    }
+    return failed ? -1 : 0;
+}
+#undef AFL_STRIPS
+#undef AFL_STRIP_ENTRY
+#undef AFL_DEF_STRIP
+#undef AFL_SN
+
 #define AFL_MC (AFL_MR * 16)
 
 static int AFL_F(sgemm)(int trans_a, int64_t M, int64_t N, int64_t K,
@@ -114,6 +240,8 @@ static int AFL_F(sgemm)(int trans_a, int64_t M, int64_t N, int64_t K,
                 }
         return 0;
     }
+    if (trans_a && N <= AFL_MRS)
+        return AFL_F(sgemm_narrow_t)(M, N, A, lda, B, ldb, C, Cd, ldc, accumulate, kb, nkb, n_threads);
     /* B is packed a chunk of whole K-blocks at a time (at most AFL_GEMM_PACK_BYTES, at least
      * one block), so threads meet at a barrier once per chunk, not once per K-block. */
     int64_t chunk_k = (int64_t)(AFL_GEMM_PACK_BYTES / sizeof(float)) / n_pad;

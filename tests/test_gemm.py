@@ -110,6 +110,27 @@ def test_k_spanning_several_packing_chunks(seed, trans_a):
     assert np.all(np.abs(one - ref) <= _bound(A, B, kb, trans_a))
 
 
+@pytest.mark.parametrize("trans_a", [False, True])
+def test_columns_do_not_depend_on_the_other_columns(seed, trans_a):
+    """Products of up to 28 columns with op(A) = A^T take the GEMM's narrow path (registers
+    hold a strip of every column), wider ones the general path; a column is the same bits
+    whichever path computes it and whatever sits beside it, also when accumulating."""
+    rng = np.random.default_rng([seed, 6, trans_a])
+    M, K = 203, 700
+    A = _rand(rng, K, M) if trans_a else _rand(rng, M, K)
+    B = _rand(rng, K, 64)
+    C0 = _rand(rng, M, 64)
+    kb = np.append(np.arange(0, K, 256), K)
+    wide = _sgemm(A, B, kb, trans_a=trans_a, n_threads=2)
+    wide_acc = _sgemm(A, B, kb, trans_a=trans_a, n_threads=2, C=C0)
+    for cols in (slice(0, 1), slice(3, 16), slice(10, 35), slice(30, 58)):
+        Bc = np.ascontiguousarray(B[:, cols])
+        narrow = _sgemm(A, Bc, kb, trans_a=trans_a, n_threads=2)
+        assert np.array_equal(narrow.view(np.uint32), wide[:, cols].view(np.uint32))
+        narrow_acc = _sgemm(A, Bc, kb, trans_a=trans_a, n_threads=1, C=C0[:, cols])
+        assert np.array_equal(narrow_acc.view(np.uint32), wide_acc[:, cols].view(np.uint32))
+
+
 def _kept_blocks(kb, keep):
     """Block boundaries after removing K-rows: each old block keeps its own rows (maybe none)."""
     pos = np.concatenate(([0], np.cumsum(keep)))
