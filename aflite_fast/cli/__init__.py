@@ -44,7 +44,8 @@ def main(argv=None):
         return 2
     try:
         return int(args.func(args) or 0)
-    except (ValueError, MemoryError) as exc:
+    except (ValueError, MemoryError, ImportError) as exc:
+        # ImportError: an optional dependency a subcommand needs (e.g. matplotlib)
         print(f"aflite-fast {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

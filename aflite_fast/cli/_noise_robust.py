@@ -1,5 +1,4 @@
 """``aflite-fast noise-robust``: noise-robust losses vs cross-entropy under label noise."""
-import sys
 import time
 
 __all__ = ["add_parser", "run"]
@@ -78,7 +77,8 @@ def run(args):
     Returns
     -------
     status : int
-        0 on success, 2 on invalid arguments, missing data or a missing optional dependency.
+        0 on success.  Invalid arguments, missing data and a missing optional dependency
+        raise ValueError or ImportError, which ``aflite_fast.cli.main`` turns into exit code 2.
     """
     from ..experiments.noise_robust import (DEFAULT_LOSSES, DEFAULT_SETTINGS,
                                             run_noise_robust_experiment, table_markdown)
@@ -88,16 +88,12 @@ def run(args):
         known = dict(DEFAULT_LOSSES)
         losses = tuple((name, known.get(name, {})) for name in args.losses)
     start = time.perf_counter()
-    try:
-        rows = run_noise_robust_experiment(
-            args.out, plot=not args.no_plot, datasets=tuple(args.datasets),
-            settings=tuple(args.noise) if args.noise else DEFAULT_SETTINGS, losses=losses,
-            n_seeds=args.seeds, C=args.C, max_train=args.max_train,
-            data_dir=args.fashion_mnist_dir, max_iter=args.max_iter, n_jobs=args.n_jobs,
-            progress=not args.quiet)
-    except (ValueError, ImportError) as exc:
-        print(f"aflite-fast noise-robust: error: {exc}", file=sys.stderr)
-        return 2
+    rows = run_noise_robust_experiment(
+        args.out, plot=not args.no_plot, datasets=tuple(args.datasets),
+        settings=tuple(args.noise) if args.noise else DEFAULT_SETTINGS, losses=losses,
+        n_seeds=args.seeds, C=args.C, max_train=args.max_train,
+        data_dir=args.fashion_mnist_dir, max_iter=args.max_iter, n_jobs=args.n_jobs,
+        progress=not args.quiet)
     if not args.quiet:
         written = "table.csv, table.md" + ("" if args.no_plot else ", figure.png")
         print(table_markdown(rows), end="")

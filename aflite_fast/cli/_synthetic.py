@@ -1,6 +1,5 @@
 """``aflite-fast synthetic``: the paper's section-3 experiment (Figure 2, Table 7) to files."""
 
-import sys
 import time
 
 __all__ = ["add_parser", "run"]
@@ -97,33 +96,30 @@ def run(args):
     Returns
     -------
     status : int
-        0 on success, 2 on invalid arguments or a missing optional dependency.
+        0 on success.  Invalid arguments and a missing optional dependency raise
+        ValueError or ImportError, which ``aflite_fast.cli.main`` turns into exit code 2.
     """
     from ..experiments.synthetic import run_synthetic_experiment, table_markdown
 
     start = time.perf_counter()
-    try:
-        results = run_synthetic_experiment(
-            args.out,
-            plot=not args.no_plot,
-            n_samples=args.n_samples,
-            separations=args.separations,
-            n_spurious=args.n_spurious,
-            bias_share=args.bias_share,
-            spurious_strength=args.spurious_strength,
-            flip_rate=args.flip_rate,
-            target_fraction=args.target_fraction,
-            train_fraction=args.train_fraction,
-            slice_fraction=args.slice_fraction,
-            n_partitions=args.n_partitions,
-            tau=args.tau,
-            random_state=args.seed,
-            n_jobs=args.n_jobs,
-            progress=not args.quiet,
-        )
-    except (ValueError, ImportError) as exc:
-        print(f"aflite-fast synthetic: error: {exc}", file=sys.stderr)
-        return 2
+    results = run_synthetic_experiment(
+        args.out,
+        plot=not args.no_plot,
+        n_samples=args.n_samples,
+        separations=args.separations,
+        n_spurious=args.n_spurious,
+        bias_share=args.bias_share,
+        spurious_strength=args.spurious_strength,
+        flip_rate=args.flip_rate,
+        target_fraction=args.target_fraction,
+        train_fraction=args.train_fraction,
+        slice_fraction=args.slice_fraction,
+        n_partitions=args.n_partitions,
+        tau=args.tau,
+        random_state=args.seed,
+        n_jobs=args.n_jobs,
+        progress=not args.quiet,
+    )
     if not args.quiet:
         written = "table.csv, table.md" + ("" if args.no_plot else ", figure.png")
         print(table_markdown([r.row for r in results]), end="")
