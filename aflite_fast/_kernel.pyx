@@ -26,7 +26,7 @@ from libc.stdlib cimport malloc, calloc, free
 from libc.string cimport memset, memcpy
 from libc.math cimport fabs, sqrt, isfinite
 from libc.stdint cimport int64_t, int32_t, uint8_t, uintptr_t
-from cython.parallel cimport prange, parallel
+from cython.parallel cimport prange, parallel, threadid
 
 cdef extern from "afl_omp.h" nogil:
     int AFL_HAVE_OPENMP
@@ -339,12 +339,18 @@ cdef int _train(const float *X, const int32_t *y, const uint8_t *member,
     cdef int64_t *active = <int64_t *> malloc(B * sizeof(int64_t))
     # gradient scale (1 / rows) of each active model, padded for the vectorised CE row pass
     cdef double *sca = <double *> calloc(afl_pad(B), sizeof(double))
+    # per-thread scratch of the row pass, allocated once and checked like the rest
+    cdef int n_thr = n_threads if n_threads > 0 else 1
+    cdef int64_t row_len = afl_ce_work_len(C, B)
+    cdef double *rowbuf = <double *> malloc(n_thr * row_len * sizeof(double))
+    cdef float *zbuf = <float *> malloc(n_thr * C * sizeof(float))
 
     if (Wt == NULL or Z == NULL or Gw == NULL or lossp == NULL or xt == NULL or gt == NULL
             or g == NULL or p == NULL or S == NULL or Y == NULL or rho == NULL or alph == NULL
             or f == NULL or ft == NULL or alpha == NULL or gp == NULL or state == NULL
             or status == NULL or iters == NULL or n_ls == NULL or mem_len == NULL
-            or mem_head == NULL or active == NULL or sca == NULL):
+            or mem_head == NULL or active == NULL or sca == NULL or rowbuf == NULL
+            or zbuf == NULL):
         rc = -1
     else:
         for j in range(B):
@@ -382,9 +388,9 @@ cdef int _train(const float *X, const int32_t *y, const uint8_t *member,
                 rc = -1
                 break
             # per-row loss and logit gradient (in place), row blocks in parallel
-            with parallel(num_threads=n_threads):
-                pbuf = <double *> malloc(afl_ce_work_len(C, B) * sizeof(double))
-                zb = <float *> malloc(C * sizeof(float))
+            with parallel(num_threads=n_thr):
+                pbuf = rowbuf + threadid() * row_len
+                zb = zbuf + threadid() * C
                 for rb in prange(nrb, schedule='dynamic'):
                     if loss_code == AFL_LOSS_CE:
                         # cross-entropy: vectorised over the models of the round
@@ -407,8 +413,6 @@ cdef int _train(const float *X, const int32_t *y, const uint8_t *member,
                             else:
                                 for c in range(C):
                                     zrow[c * nA] = 0.0
-                free(pbuf)
-                free(zb)
             # gradient of every active model: one GEMM, summed over the same row blocks
             if afl_sgemm(1, D, ldz, n, X, D, Z, ldz, NULL, Gw, ldz, 0, row_blocks, nrb, n_threads) != 0:
                 rc = -1
@@ -441,7 +445,7 @@ cdef int _train(const float *X, const int32_t *y, const uint8_t *member,
     free(Wt); free(Z); free(Gw); free(lossp); free(xt); free(gt); free(g); free(p)
     free(S); free(Y); free(rho); free(alph); free(f); free(ft); free(alpha); free(gp)
     free(state); free(status); free(iters); free(n_ls); free(mem_len); free(mem_head)
-    free(active); free(sca)
+    free(active); free(sca); free(rowbuf); free(zbuf)
     return rc
 
 
@@ -463,7 +467,9 @@ def predict_accumulate(const float[:, ::1] X,        # IN  (n, D) rows with a tr
     cdef int64_t i, j, c
     cdef int amax, rc = 0
     cdef bint want_proba = proba_sum.shape[0] > 0
+    cdef int n_thr = n_threads if n_threads > 0 else 1
     cdef double *pbuf
+    cdef double *pbufs = NULL
     cdef float *Z
     if (y.shape[0] != n or heldout.shape[0] != n or W.shape[0] != D or W.shape[1] != BC
             or seen.shape[0] != n or correct.shape[0] != n or prob_label.shape[0] != n
@@ -474,14 +480,15 @@ def predict_accumulate(const float[:, ::1] X,        # IN  (n, D) rows with a tr
         return
     with nogil:
         Z = <float *> malloc(n * BC * sizeof(float))
-        if Z == NULL:
+        pbufs = <double *> malloc(n_thr * C * sizeof(double))  # per-thread softmax scratch
+        if Z == NULL or pbufs == NULL:
             rc = -1
         else:
             rc = afl_sgemm(0, n, BC, D, &X[0, 0], D, &W[0, 0], BC, Z, NULL, BC, 0,
                            &col_blocks[0], col_blocks.shape[0] - 1, n_threads)
         if rc == 0:
-            with parallel(num_threads=n_threads):
-                pbuf = <double *> malloc(C * sizeof(double))
+            with parallel(num_threads=n_thr):
+                pbuf = pbufs + threadid() * C
                 for i in prange(n, schedule='static'):
                     for j in range(B):
                         if heldout[i, j]:
@@ -493,7 +500,7 @@ def predict_accumulate(const float[:, ::1] X,        # IN  (n, D) rows with a tr
                             if want_proba:
                                 for c in range(C):
                                     proba_sum[i, c] += pbuf[c]
-                free(pbuf)
         free(Z)
+        free(pbufs)
     if rc != 0:
         raise MemoryError("predict_accumulate: could not allocate scratch memory")
