@@ -37,6 +37,7 @@ cdef extern from "afl_gemm.h" nogil:
                   float *C, double *Cd, int64_t ldc, int accumulate,
                   const int64_t *kb, int64_t nkb, int n_threads)
     const char *afl_gemm_isa()
+    int64_t afl_gemm_pack_bytes(int trans_a, int64_t N, int64_t K, int64_t max_kc)
     unsigned AFL_GEMM_PACK_BYTES
 
 cdef extern from "afl_rowpass.h" nogil:
@@ -71,6 +72,10 @@ STATUS_LINE_SEARCH = _LINE_SEARCH
 STATUS_NOT_FINITE = _NOT_FINITE
 
 
+# pick the instruction set before any thread can ask for it
+afl_gemm_isa()
+
+
 def openmp_enabled():
     """True when the extension was compiled with OpenMP."""
     return bool(AFL_HAVE_OPENMP)
@@ -82,8 +87,14 @@ def gemm_isa():
 
 
 def gemm_pack_bytes():
-    """Bytes of the GEMM's shared buffer of packed B (one K-block more when a block is larger)."""
+    """Cap of the GEMM's shared buffer of packed B (one K-block more when a block is larger)."""
     return int(AFL_GEMM_PACK_BYTES)
+
+
+def gemm_pack_buffer_bytes(bint trans_a, int64_t N, int64_t K, int64_t max_block):
+    """Bytes of the packing buffer the GEMM allocates for a product with N output columns,
+    inner size K and K-blocks of at most ``max_block`` (0 where it packs nothing)."""
+    return int(afl_gemm_pack_bytes(trans_a, N, K, max_block))
 
 
 def sgemm(bint trans_a,

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import kernel
+from . import _kernel, kernel
 from ._memory import parse_memory
 from ._rows import membership_matrix
 from .data import GATHER_CHUNK_BYTES, gather_rows
@@ -80,14 +80,16 @@ def training_bytes(n_rows, n_models, n_features, n_classes, history):
     Per row: the float32 rows with their ones column, the float32 logits of every model, the
     membership mask, and the row indices, positions and label codes gathered for the block.
     Per model: the L-BFGS state (``2 * history + 4`` vectors), the block's coefficients and
-    the transposed weights, gradient and (narrow products) running sums of the batched GEMM.  Per call: the GEMM's buffer of
-    packed operands (the gradient product's, the larger of the two).
+    the transposed weights, gradient and (narrow products) running sums of the batched GEMM.
+    Per call: the GEMM's buffer of packed operands (the larger of the two products').
     """
     D = n_features + 1
     P = D * n_classes
     rows = n_rows * (D * 4 + n_models * n_classes * 4 + n_models + 24)
     solver = n_models * P * 8 * (2 * history + 6) + D * n_models * n_classes * 20
-    pack = kernel.gemm_pack_buffer_bytes(n_rows, n_models * n_classes, kernel.ROW_BLOCK)
+    N = n_models * n_classes
+    pack = max(_kernel.gemm_pack_buffer_bytes(False, N, D, kernel.COL_BLOCK),
+               _kernel.gemm_pack_buffer_bytes(True, N, n_rows, kernel.ROW_BLOCK))
     return rows + solver + pack
 
 

@@ -25,19 +25,6 @@ from .losses import resolve_loss
 ROW_BLOCK = 256
 #: Columns summed together in one block of the logits product.
 COL_BLOCK = 256
-#: Cap of the GEMM's shared buffer of packed operands (csrc/afl_gemm.h).
-GEMM_PACK_BYTES = _kernel.gemm_pack_bytes()
-#: Widest micro-tile of the GEMM (AVX-512), in floats: packed operands are padded to it.
-_GEMM_NR = 32
-
-
-def gemm_pack_buffer_bytes(K, N, max_block):
-    """Bytes of the packing buffer of one GEMM with inner size K, N output columns and
-    K-blocks of at most ``max_block`` (the formula of csrc/afl_gemm_impl.h, widest tile)."""
-    n_pad = -(-N // _GEMM_NR) * _GEMM_NR
-    rows = min(max(GEMM_PACK_BYTES // 4 // n_pad, min(max_block, K)), K)
-    return rows * n_pad * 4
-
 STATUS_NAMES = {
     _kernel.STATUS_CONVERGED: "converged",
     _kernel.STATUS_MAX_ITER: "max_iter",

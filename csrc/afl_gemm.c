@@ -56,8 +56,16 @@ static void afl_aligned_free(void *p) { free(p); }
 typedef int (*afl_sgemm_fn)(int, int64_t, int64_t, int64_t, const float *, int64_t,
                             const float *, int64_t, float *, double *, int64_t, int,
                             const int64_t *, int64_t, int);
+typedef int64_t (*afl_pack_bytes_fn)(int, int64_t, int64_t, int64_t);
 
-static afl_sgemm_fn afl_pick(const char **name)
+/* The implementation of one instruction set. */
+typedef struct {
+    const char *name;
+    afl_sgemm_fn sgemm;
+    afl_pack_bytes_fn pack_bytes;
+} afl_gemm_impl;
+
+static afl_gemm_impl afl_pick(void)
 {
     const char *force = getenv("AFLITE_FAST_ISA");  /* for tests and benchmarks of each path */
 #ifdef AFL_X86_CLONES
@@ -66,28 +74,33 @@ static afl_sgemm_fn afl_pick(const char **name)
     int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     if (force && force[0] == 'g') { avx512 = 0; avx2 = 0; }
     if (force && force[0] == 'a' && force[3] == '2') avx512 = 0;
-    if (avx512) { *name = "avx512"; return sgemm_avx512; }
-    if (avx2) { *name = "avx2"; return sgemm_avx2; }
+    if (avx512) return (afl_gemm_impl){"avx512", sgemm_avx512, pack_bytes_avx512};
+    if (avx2) return (afl_gemm_impl){"avx2", sgemm_avx2, pack_bytes_avx2};
 #else
     (void)force;
 #endif
-    *name = "generic";
-    return sgemm_generic;
+    return (afl_gemm_impl){"generic", sgemm_generic, pack_bytes_generic};
 }
 
-static afl_sgemm_fn afl_impl = NULL;
-static const char *afl_impl_name = "generic";
+static afl_gemm_impl afl_impl = {NULL, NULL, NULL};
 
-const char *afl_gemm_isa(void)
+static const afl_gemm_impl *afl_current(void)
 {
-    if (!afl_impl) afl_impl = afl_pick(&afl_impl_name);
-    return afl_impl_name;
+    if (!afl_impl.sgemm) afl_impl = afl_pick();
+    return &afl_impl;
+}
+
+const char *afl_gemm_isa(void) { return afl_current()->name; }
+
+int64_t afl_gemm_pack_bytes(int trans_a, int64_t N, int64_t K, int64_t max_kc)
+{
+    return afl_current()->pack_bytes(trans_a, N, K, max_kc);
 }
 
 int afl_sgemm(int trans_a, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
               const float *B, int64_t ldb, float *C, double *Cd, int64_t ldc, int accumulate,
               const int64_t *kb, int64_t nkb, int n_threads)
 {
-    if (!afl_impl) afl_impl = afl_pick(&afl_impl_name);
-    return afl_impl(trans_a, M, N, K, A, lda, B, ldb, C, Cd, ldc, accumulate, kb, nkb, n_threads);
+    return afl_current()->sgemm(trans_a, M, N, K, A, lda, B, ldb, C, Cd, ldc, accumulate, kb,
+                                nkb, n_threads);
 }

@@ -47,6 +47,11 @@ int afl_sgemm(int trans_a, int64_t M, int64_t N, int64_t K,
 /* Name of the instruction set the kernel dispatches to ("avx512", "avx2", "generic"). */
 const char *afl_gemm_isa(void);
 
+/* Bytes of the shared packing buffer afl_sgemm allocates for a product with N output
+ * columns, inner size K and K-blocks of at most max_kc (at most AFL_GEMM_PACK_BYTES unless
+ * one block is larger; 0 where it packs nothing). */
+int64_t afl_gemm_pack_bytes(int trans_a, int64_t N, int64_t K, int64_t max_kc);
+
 #ifdef __cplusplus
 }
 #endif

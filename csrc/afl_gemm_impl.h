@@ -212,6 +212,23 @@ static int AFL_F(sgemm_narrow_t)(int64_t M, int64_t N, const float *A, int64_t l
 #undef AFL_DEF_STRIP
 #undef AFL_SN
 
+/* K-rows of B packed at once: as many as fit AFL_GEMM_PACK_BYTES, at least one whole K-block,
+ * at most K (n_pad: N rounded up to whole panels). */
+static int64_t AFL_F(pack_rows)(int64_t n_pad, int64_t K, int64_t max_kc)
+{
+    int64_t rows = (int64_t)(AFL_GEMM_PACK_BYTES / sizeof(float)) / n_pad;
+    if (rows < max_kc) rows = max_kc;
+    return rows > K ? K : rows;
+}
+
+/* Bytes of the shared packing buffer of a product (0 on the narrow path, which packs none). */
+static int64_t AFL_F(pack_bytes)(int trans_a, int64_t N, int64_t K, int64_t max_kc)
+{
+    if (N <= 0 || K <= 0 || max_kc <= 0 || (trans_a && N <= AFL_MRS)) return 0;
+    int64_t n_pad = ((N + AFL_NR - 1) / AFL_NR) * AFL_NR;
+    return AFL_F(pack_rows)(n_pad, K, max_kc) * n_pad * (int64_t)sizeof(float);
+}
+
 #define AFL_MC (AFL_MR * 16)
 
 static int AFL_F(sgemm)(int trans_a, int64_t M, int64_t N, int64_t K,
@@ -244,9 +261,7 @@ static int AFL_F(sgemm)(int trans_a, int64_t M, int64_t N, int64_t K,
         return AFL_F(sgemm_narrow_t)(M, N, A, lda, B, ldb, C, Cd, ldc, accumulate, kb, nkb, n_threads);
     /* B is packed a chunk of whole K-blocks at a time (at most AFL_GEMM_PACK_BYTES, at least
      * one block), so threads meet at a barrier once per chunk, not once per K-block. */
-    int64_t chunk_k = (int64_t)(AFL_GEMM_PACK_BYTES / sizeof(float)) / n_pad;
-    if (chunk_k < max_kc) chunk_k = max_kc;
-    if (chunk_k > K) chunk_k = K;
+    int64_t chunk_k = AFL_F(pack_rows)(n_pad, K, max_kc);
     float *bp = (float *)afl_aligned_alloc((size_t)(chunk_k * n_pad) * sizeof(float));
     if (!bp) return -1;
     if (n_threads > n_tiles) n_threads = (int)n_tiles;

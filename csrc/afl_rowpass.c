@@ -32,23 +32,29 @@
 #pragma GCC pop_options
 #endif
 
+typedef void (*afl_ce_rows_fn)(int64_t, int64_t, int, int64_t, int64_t, float *, int64_t,
+                               const int32_t *, const uint8_t *, const int64_t *,
+                               const double *, double *, double *);
+
+/* The same instruction set as the GEMM (afl_gemm_isa honours AFLITE_FAST_ISA). */
+static afl_ce_rows_fn afl_ce_pick(void)
+{
+    const char *isa = afl_gemm_isa();
+#ifdef AFL_X86_CLONES
+    if (strcmp(isa, "avx512") == 0) return ce_rows_avx512;
+    if (strcmp(isa, "avx2") == 0) return ce_rows_avx2;
+#else
+    (void)isa;
+#endif
+    return ce_rows_generic;
+}
+
+static afl_ce_rows_fn afl_ce_impl = NULL;  /* picked once: one pointer, the same value by any thread */
+
 void afl_ce_rows(int64_t r0, int64_t r1, int C, int64_t nA, int64_t B,
                  float *Z, int64_t ldz, const int32_t *y, const uint8_t *member,
                  const int64_t *active, const double *scale, double *loss, double *work)
 {
-    /* the same instruction set as the GEMM (afl_gemm_isa honours AFLITE_FAST_ISA) */
-    const char *isa = afl_gemm_isa();
-#ifdef AFL_X86_CLONES
-    if (strcmp(isa, "avx512") == 0) {
-        ce_rows_avx512(r0, r1, C, nA, B, Z, ldz, y, member, active, scale, loss, work);
-        return;
-    }
-    if (strcmp(isa, "avx2") == 0) {
-        ce_rows_avx2(r0, r1, C, nA, B, Z, ldz, y, member, active, scale, loss, work);
-        return;
-    }
-#else
-    (void)isa;
-#endif
-    ce_rows_generic(r0, r1, C, nA, B, Z, ldz, y, member, active, scale, loss, work);
+    if (!afl_ce_impl) afl_ce_impl = afl_ce_pick();
+    afl_ce_impl(r0, r1, C, nA, B, Z, ldz, y, member, active, scale, loss, work);
 }

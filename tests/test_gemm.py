@@ -95,11 +95,12 @@ def test_bitwise_same_with_one_and_two_threads(seed, trans_a):
 def test_k_spanning_several_packing_chunks(seed, trans_a):
     """B is packed a chunk of K-blocks at a time (``gemm_pack_bytes``); a K long enough for
     several chunks, with a block that straddles where a chunk would end, gives the float64
-    product within the bound and the same bits with 1 and 2 threads."""
+    product within the bound and the same bits with 1 and 2 threads.  N = 30 columns: wider
+    than the narrow gradient path (which packs nothing), padded to 32 on every ISA."""
     rng = np.random.default_rng([seed, 5, trans_a])
-    M, N = 29, 3
-    # one padded panel holds 2 * 16 floats per K-row at most, so this K needs >= 3 chunks
-    K = 3 * _kernel.gemm_pack_bytes() // (4 * 16) + 1000
+    M, N = 29, 30
+    assert _kernel.gemm_pack_buffer_bytes(trans_a, N, 10**6, 256) == _kernel.gemm_pack_bytes()
+    K = 3 * _kernel.gemm_pack_bytes() // (4 * 32) + 1000  # more than 3 chunks
     A = _rand(rng, K, M) if trans_a else _rand(rng, M, K)
     B = _rand(rng, K, N)
     kb = np.unique(np.concatenate((np.arange(0, K, 256), [K], [K // 3 + 7, K // 3 + 9000])))
