@@ -67,10 +67,10 @@ def extensions():
     kernel = Extension(
         "aflite_fast._kernel",
         sources=["aflite_fast/_kernel.pyx", os.path.join(CSRC, "afl_gemm.c"),
-                 os.path.join(CSRC, "afl_rowpass.c")],
+                 os.path.join(CSRC, "afl_member.c")],
         include_dirs=[CSRC],
         depends=[os.path.join(CSRC, h) for h in ("afl_gemm.h", "afl_gemm_impl.h", "afl_losses.h",
-                                                  "afl_omp.h", "afl_rowpass.h", "afl_rowpass_impl.h")],
+                                                  "afl_omp.h", "afl_member.h", "afl_member_impl.h")],
     )
     return cythonize(
         [kernel],

@@ -3,26 +3,34 @@
 
 Design
 A. One call trains a *block* of B models, each on its own subset of the same rows
-   (``member[i, j] == 1``); every solver round evaluates all unfinished models with one
-   GEMM for the logits and one for the gradient (``csrc/afl_gemm.h``), not one small
-   product per model.
+   (``member[i, j] == 1``).  Every solver round evaluates all unfinished models in one
+   member-row pass (``csrc/afl_member.h``): each model's logits, loss and gradient over its
+   own rows only, with each row block of X in cache while every model works through it, so
+   the work is sum_j n_j x D x C whatever share of the rows each model trains on.
 B. Rows carry a trailing column of ones, so the intercept is the last row of each model's
    (d + 1) x C coefficient matrix; the L2 penalty skips that row (unpenalized intercept).
 C. Objective of model j: mean loss over its n_j rows + l2_j / 2 * ||W_j||^2.  With
    l2_j = 1 / (C * n_j) the optimum is scikit-learn's LogisticRegression(C=C).
 D. Solver: L-BFGS with a backtracking (Armijo) line search, one state machine per model, so
-   each model converges on its own; models that have converged leave the GEMMs.
-E. Determinism: per-row work is independent across rows; sums over rows are taken in fixed
-   row blocks (``row_blocks``, aligned by the caller to positions in the active set) and
-   then in block order; the GEMM's summation order depends only on the blocks.  So no
-   result depends on the thread count, on B, or on which other models share the block.
-F. Prediction evaluates all models of a block on a chunk of rows with one GEMM and
+   each model converges on its own; models that have converged leave the pass.
+E. Preconditioning: the initial inverse Hessian of L-BFGS may be a symmetric matrix
+   ``precond`` (D x D) shared by the block's models (kernel.preconditioner: the inverse of
+   the rows' second-moment matrix times the softmax curvature, plus the L2 weight), scaled
+   by s'y / y'Hy as usual.  It changes the path, not the optimum; on embeddings whose
+   feature variances span orders of magnitude it cuts the iterations several-fold.  The
+   products with it are one GEMM per round for all models that need a new direction.
+F. Determinism: a model's loss and gradient are sums over its rows in an order fixed by
+   positions in the active set (see afl_member.h); the preconditioner product is a GEMM
+   with fixed K-blocks.  So no result depends on the thread count, on B, or on which other
+   models share the block.
+G. Prediction evaluates all models of a block on a chunk of rows with one GEMM and
    accumulates, per row, held-out predictions seen, correct, and the summed probability of
    the given label (and optionally the summed probability vectors).
 
 Every array argument is marked IN or OUT; outputs are allocated by the caller (kernel.py).
 """
 from libc.stdlib cimport malloc, calloc, free
+from posix.stdlib cimport posix_memalign
 from libc.string cimport memset, memcpy
 from libc.math cimport fabs, sqrt, isfinite
 from libc.stdint cimport int64_t, int32_t, uint8_t, uintptr_t
@@ -40,24 +48,38 @@ cdef extern from "afl_gemm.h" nogil:
     int64_t afl_gemm_pack_bytes(int trans_a, int64_t N, int64_t K, int64_t max_kc)
     unsigned AFL_GEMM_PACK_BYTES
 
-cdef extern from "afl_rowpass.h" nogil:
-    int64_t afl_pad(int64_t n)
-    int64_t afl_ce_work_len(int C, int64_t nA)
-    void afl_ce_rows(int64_t r0, int64_t r1, int C, int64_t nA, int64_t B,
-                     float *Z, int64_t ldz, const int32_t *y, const uint8_t *member,
-                     const int64_t *active, const double *scale, double *loss, double *work)
-
 cdef extern from "afl_losses.h" nogil:
     enum: AFL_LOSS_CE
     ctypedef double (*afl_user_weight_fn)(double, const double *, double *)
     int afl_softmax(int C, const float *z, double *p)
-    double afl_row_loss(int code, const double *params, afl_user_weight_fn user,
-                        int C, float *z, int y, double *p, double scale, float *g)
+
+cdef extern from "afl_member.h" nogil:
+    ctypedef struct afl_member_set:
+        int64_t n, D, ldx, Dp
+        int C
+        const float *X
+        const int32_t *y
+        int64_t B, nrb
+        const int64_t *row_blocks
+        const int64_t *mptr
+        const int32_t *mrows
+        int64_t nsb
+        const int64_t *sb
+        int loss_code
+        const double *params
+        afl_user_weight_fn user
+    int64_t afl_member_width(int64_t D)
+    void afl_member_index(int64_t n, int64_t B, const uint8_t *member, int64_t nrb,
+                          const int64_t *row_blocks, int64_t *mptr, int32_t *mrows)
+    int afl_member_eval(const afl_member_set *s, int64_t nA, const int64_t *active,
+                        const float *W, const double *scale, double *loss, double *grad,
+                        int n_threads)
 
 cdef enum:
     ST_INIT = 0      # needs its first evaluation at the starting point
     ST_SEARCH = 1    # a trial point x + alpha * p is being evaluated
     ST_DONE = 2
+    ST_DIRECTION = 3 # accepted a point; waits for its new search direction
 
 # status codes reported per model
 cdef enum:
@@ -117,6 +139,26 @@ def sgemm(bint trans_a,
         raise MemoryError("sgemm: could not allocate scratch memory")
 
 
+def sgemm_double(bint trans_a,
+                 const float[:, ::1] A,     # IN  (M, K), or (K, M) when trans_a
+                 const float[:, ::1] B,     # IN  (K, N)
+                 double[:, ::1] C,          # OUT (M, N)
+                 const int64_t[::1] kb,     # IN  K-block boundaries
+                 bint accumulate, int n_threads):
+    """C (+)= op(A) @ B with the deterministic GEMM, each K-block's float32 sum added in double."""
+    cdef int64_t M = A.shape[1] if trans_a else A.shape[0]
+    cdef int64_t K = A.shape[0] if trans_a else A.shape[1]
+    cdef int64_t N = B.shape[1]
+    cdef int rc
+    if B.shape[0] != K or C.shape[0] != M or C.shape[1] != N or kb[kb.shape[0] - 1] != K:
+        raise ValueError("sgemm_double: shapes do not match")
+    with nogil:
+        rc = afl_sgemm(trans_a, M, N, K, &A[0, 0], A.shape[1], &B[0, 0], N, NULL, &C[0, 0], N,
+                       accumulate, &kb[0], kb.shape[0] - 1, n_threads)
+    if rc != 0:
+        raise MemoryError("sgemm_double: could not allocate scratch memory")
+
+
 cdef inline double _dot(const double *a, const double *b, int64_t n) noexcept nogil:
     cdef double s = 0.0
     cdef int64_t k
@@ -134,45 +176,52 @@ cdef inline double _max_abs(const double *a, int64_t n) noexcept nogil:
     return m
 
 
-cdef void _two_loop(int64_t P, int hist, int mem_len, int mem_head,
-                    const double *S, const double *Y, const double *rho,
-                    const double *g, double *p, double *alph) noexcept nogil:
-    """p = -H g by the L-BFGS two-loop recursion over the stored pairs (newest first)."""
+cdef void _first_loop(int64_t P, int hist, int mem_len, int mem_head,
+                      const double *S, const double *Y, const double *rho,
+                      const double *g, double *q, double *alph) noexcept nogil:
+    """q = g minus the stored pairs' corrections: the first loop of the L-BFGS two-loop
+    recursion (newest pair first); alph receives the coefficients."""
     cdef int t, idx
     cdef int64_t k
-    cdef double a, b, gamma, yy
+    cdef double a
     for k in range(P):
-        p[k] = g[k]
+        q[k] = g[k]
     for t in range(mem_len):
         idx = (mem_head - 1 - t + hist) % hist
-        a = rho[idx] * _dot(S + idx * P, p, P)
+        a = rho[idx] * _dot(S + idx * P, q, P)
         alph[idx] = a
         for k in range(P):
-            p[k] -= a * Y[idx * P + k]
-    if mem_len > 0:
-        idx = (mem_head - 1 + hist) % hist
-        yy = _dot(Y + idx * P, Y + idx * P, P)
-        gamma = 1.0 / (rho[idx] * yy)
-        for k in range(P):
-            p[k] *= gamma
+            q[k] -= a * Y[idx * P + k]
+
+
+cdef void _second_loop(int64_t P, int hist, int mem_len, int mem_head,
+                       const double *S, const double *Y, const double *rho,
+                       const double *alph, double *r) noexcept nogil:
+    """r = H q from r = H0 q: the second loop of the two-loop recursion (oldest pair first)."""
+    cdef int t, idx
+    cdef int64_t k
+    cdef double b
     for t in range(mem_len - 1, -1, -1):
         idx = (mem_head - 1 - t + hist) % hist
-        b = rho[idx] * _dot(Y + idx * P, p, P)
+        b = rho[idx] * _dot(Y + idx * P, r, P)
         for k in range(P):
-            p[k] += S[idx * P + k] * (alph[idx] - b)
-    for k in range(P):
-        p[k] = -p[k]
+            r[k] += S[idx * P + k] * (alph[idx] - b)
 
 
-cdef void _solver_step(int64_t P, int hist, int *state, int *status, int *n_iter,
-                       double *x, double *g, double *f, const double *xt, const double *gt,
-                       double ft, double *p, double *S, double *Y, double *rho,
-                       int *mem_len, int *mem_head, double *alph,
-                       double *alpha, double *gp, int *n_ls,
-                       double gtol, double ftol, int max_iter, int max_ls) noexcept nogil:
-    """Advance one model's L-BFGS state machine after evaluating f, g at its trial point."""
+cdef void _solver_update(int64_t P, int hist, int *state, int *status, int *n_iter,
+                         double *x, double *g, double *f, const double *xt, const double *gt,
+                         double ft, double *p, double *S, double *Y, double *rho,
+                         int *mem_len, int *mem_head, double *alph,
+                         double *alpha, double *gp, int *n_ls,
+                         double gtol, double ftol, int max_iter, int max_ls) noexcept nogil:
+    """Advance one model's L-BFGS state machine after evaluating f, g at its trial point.
+
+    A first evaluation or an accepted step leaves the model in ST_DIRECTION with q (the first
+    loop of the two-loop recursion) in p: its new direction needs H0 q, which the caller
+    computes for all such models at once (_solver_direction finishes it).  A rejected step
+    shortens alpha; a stopping rule ends the model (ST_DONE, with its status)."""
     cdef int64_t k
-    cdef double sy, yy, gg, f_old, a_new, denom
+    cdef double sy, yy, f_old, a_new, denom
     cdef double *s
     cdef double *yv
     if state[0] == ST_INIT:
@@ -191,14 +240,8 @@ cdef void _solver_step(int64_t P, int hist, int *state, int *status, int *n_iter
             state[0] = ST_DONE
             status[0] = _MAX_ITER
             return
-        gg = _dot(g, g, P)
-        for k in range(P):
-            p[k] = -g[k]
-        gp[0] = -gg
-        # first step of length at most 1 in parameter space, as L-BFGS-B does
-        alpha[0] = 1.0 / sqrt(gg) if gg > 1.0 else 1.0
-        n_ls[0] = 0
-        state[0] = ST_SEARCH
+        memcpy(p, g, P * sizeof(double))
+        state[0] = ST_DIRECTION
         return
 
     # ST_SEARCH: Armijo sufficient decrease
@@ -238,16 +281,8 @@ cdef void _solver_step(int64_t P, int hist, int *state, int *status, int *n_iter
             state[0] = ST_DONE
             status[0] = _MAX_ITER
             return
-        _two_loop(P, hist, mem_len[0], mem_head[0], S, Y, rho, g, p, alph)
-        gp[0] = _dot(g, p, P)
-        if not (gp[0] < 0.0):
-            # not a descent direction (possible for non-convex losses): restart from -g
-            mem_len[0] = 0
-            for k in range(P):
-                p[k] = -g[k]
-            gp[0] = -_dot(g, g, P)
-        alpha[0] = 1.0
-        n_ls[0] = 0
+        _first_loop(P, hist, mem_len[0], mem_head[0], S, Y, rho, g, p, alph)
+        state[0] = ST_DIRECTION
         return
 
     n_ls[0] += 1
@@ -268,11 +303,157 @@ cdef void _solver_step(int64_t P, int hist, int *state, int *status, int *n_iter
     alpha[0] = a_new
 
 
-def train_block(const float[:, ::1] X,          # IN  (n, D): rows with a trailing column of ones
+cdef void _solver_direction(int64_t P, int hist, int *state, int n_iter, const double *g,
+                            double *p, const double *S, const double *Y, const double *rho,
+                            int *mem_len, int mem_head, const double *alph,
+                            const double *Hq, double yHy, double *alpha, double *gp,
+                            int *n_ls) noexcept nogil:
+    """Finish the search direction of a model in ST_DIRECTION (q in p) and start its line
+    search.  Hq = H0 q from the preconditioner product (NULL: H0 is the identity, q stays in
+    p); yHy = y'H0y of the newest pair.  H0 is scaled by s'y / y'H0y (Nocedal & Wright,
+    eq. 7.20) once a pair is stored."""
+    cdef int64_t k
+    cdef double gamma, gg
+    cdef int newest = (mem_head - 1 + hist) % hist
+    gamma = 1.0
+    if mem_len[0] > 0 and yHy > 0.0:
+        gamma = 1.0 / (rho[newest] * yHy)
+    if Hq != NULL:
+        for k in range(P):
+            p[k] = gamma * Hq[k]
+    else:
+        for k in range(P):
+            p[k] = gamma * p[k]
+    _second_loop(P, hist, mem_len[0], mem_head, S, Y, rho, alph, p)
+    for k in range(P):
+        p[k] = -p[k]
+    gp[0] = _dot(g, p, P)
+    alpha[0] = 1.0
+    if not (gp[0] < 0.0):
+        # not a descent direction (possible for non-convex losses): restart from -g
+        mem_len[0] = 0
+        for k in range(P):
+            p[k] = -g[k]
+        gp[0] = -_dot(g, g, P)
+        if Hq == NULL and n_iter == 0:
+            gg = -gp[0]
+            alpha[0] = 1.0 / sqrt(gg) if gg > 1.0 else 1.0
+    elif Hq == NULL and n_iter == 0:
+        # unpreconditioned first step: of length at most 1 in parameter space, as L-BFGS-B
+        # does (with a preconditioner the unit step is already a Newton-like step)
+        gg = _dot(g, g, P)
+        alpha[0] = 1.0 / sqrt(gg) if gg > 1.0 else 1.0
+    n_ls[0] = 0
+    state[0] = ST_SEARCH
+
+
+def member_index(const uint8_t[:, ::1] member,      # IN  (n, B) 1 where row i trains model j
+                 const int64_t[::1] row_blocks,     # IN  (nrb + 1,) row-block boundaries
+                 int64_t[:, ::1] mptr,              # OUT (B, nrb + 1) see afl_member.h
+                 int32_t[::1] mrows):               # OUT (member.sum(),) member rows
+    """Each model's member rows by row block (exposed for tests)."""
+    cdef int64_t n = member.shape[0], B = member.shape[1], nrb = row_blocks.shape[0] - 1
+    if mptr.shape[0] != B or mptr.shape[1] != nrb + 1 or row_blocks[nrb] != n:
+        raise ValueError("member_index: inconsistent shapes")
+    if n == 0 or B == 0:
+        return
+    with nogil:
+        afl_member_index(n, B, &member[0, 0], nrb, &row_blocks[0], &mptr[0, 0],
+                         &mrows[0] if mrows.shape[0] > 0 else NULL)
+
+
+def member_width(int64_t D):
+    """Stride (floats) of the class rows of the member pass's weights and gradients."""
+    return int(afl_member_width(D))
+
+
+cdef inline int _row_stride(const float[:, :] X) except -1:
+    """Row stride of X in floats; its columns must be contiguous."""
+    if X.shape[0] > 1 and X.strides[1] != sizeof(float):
+        raise ValueError("rows must have contiguous columns")
+    if X.strides[0] % sizeof(float) != 0 or (X.shape[0] > 1 and X.strides[0] < X.shape[1] * sizeof(float)):
+        raise ValueError("rows must not overlap")
+    return X.strides[0] // sizeof(float) if X.shape[0] > 1 else X.shape[1]
+
+
+cdef void *_aligned_zeros(size_t n_bytes) noexcept nogil:
+    """64-byte aligned, zeroed memory (NULL on failure); release with free()."""
+    cdef void *ptr = NULL
+    if posix_memalign(&ptr, 64, n_bytes if n_bytes > 0 else 64) != 0:
+        return NULL
+    memset(ptr, 0, n_bytes)
+    return ptr
+
+
+def member_eval(const float[:, :] X,             # IN  (n, D) rows with a trailing ones column
+                const int32_t[::1] y,            # IN  (n,) label codes
+                const int64_t[:, ::1] mptr,      # IN  (B, nrb + 1) from member_index
+                const int32_t[::1] mrows,        # IN  member rows from member_index
+                const int64_t[::1] row_blocks,   # IN  (nrb + 1,) row-block boundaries
+                const int64_t[::1] super_blocks, # IN  (nsb + 1,) super-block boundaries
+                const float[:, :, ::1] W,        # IN  (B, C, member_width(D)) class-major weights,
+                                                 #     zero from column D on
+                const double[::1] scale,         # IN  (B,) gradient scale of each model
+                int loss_code,
+                const double[::1] loss_params,   # IN  parameters of the loss
+                double[::1] loss,                # OUT (B,) summed row losses
+                double[:, :, ::1] grad,          # OUT (B, C, member_width(D)) summed scale * dloss/dz x
+                int repeat, int n_threads):
+    """One member-row pass of every model (``repeat`` times; exposed for tests and benchmarks)."""
+    cdef afl_member_set ms
+    cdef int64_t B = mptr.shape[0], nrb = row_blocks.shape[0] - 1, a
+    cdef int rc = 0, rep
+    cdef int64_t Dp = afl_member_width(X.shape[1])
+    if (W.shape[0] != B or W.shape[2] != Dp or grad.shape[0] != B
+            or grad.shape[1] != W.shape[1] or grad.shape[2] != Dp or loss.shape[0] != B
+            or scale.shape[0] != B or y.shape[0] != X.shape[0] or mptr.shape[1] != nrb + 1
+            or row_blocks[nrb] != X.shape[0] or super_blocks[super_blocks.shape[0] - 1] != nrb):
+        raise ValueError("member_eval: inconsistent shapes")
+    if B == 0 or X.shape[0] == 0:
+        return
+    ms.n = X.shape[0]
+    ms.D = X.shape[1]
+    ms.ldx = _row_stride(X)
+    ms.Dp = Dp
+    ms.C = W.shape[1]
+    ms.X = &X[0, 0]
+    ms.y = &y[0]
+    ms.B = B
+    ms.nrb = nrb
+    ms.row_blocks = &row_blocks[0]
+    ms.mptr = &mptr[0, 0]
+    ms.mrows = &mrows[0] if mrows.shape[0] > 0 else NULL
+    ms.nsb = super_blocks.shape[0] - 1
+    ms.sb = &super_blocks[0]
+    ms.loss_code = loss_code
+    ms.params = &loss_params[0] if loss_params.shape[0] > 0 else NULL
+    ms.user = NULL
+    cdef int64_t *active = <int64_t *> malloc(B * sizeof(int64_t))
+    if active == NULL:
+        raise MemoryError("member_eval: could not allocate scratch memory")
+    for a in range(B):
+        active[a] = a
+    with nogil:
+        for rep in range(repeat):
+            rc = afl_member_eval(&ms, B, active, &W[0, 0, 0], &scale[0], &loss[0],
+                                 &grad[0, 0, 0], n_threads)
+            if rc != 0:
+                break
+    free(active)
+    if rc != 0:
+        raise MemoryError("member_eval: could not allocate scratch memory")
+
+
+def train_block(const float[:, :] X,            # IN  (n, D): rows with a trailing column of ones
+                                                 #     (contiguous columns; rows 64-byte aligned
+                                                 #     with a stride of member_width(D) run fastest)
                 const int32_t[::1] y,            # IN  (n,) label codes in [0, n_classes)
                 const uint8_t[:, ::1] member,    # IN  (n, B) 1 where row i trains model j
+                const int64_t[::1] n_rows,       # IN  (B,) rows of each model (member column sums)
                 const int64_t[::1] row_blocks,   # IN  (nrb + 1,) row-block boundaries
-                const int64_t[::1] col_blocks,   # IN  (ncb + 1,) blocks over the D columns
+                const int64_t[::1] super_blocks, # IN  (nsb + 1,) super-block boundaries (row blocks)
+                const int64_t[::1] col_blocks,   # IN  (ncb + 1,) K-blocks over the D columns
+                const float[:, ::1] precond,     # IN  (D, D) symmetric H0, or (0, 0): identity
                 double[:, ::1] coef,             # IN/OUT (B, D * C) start (warm start) and solution
                 const double[::1] l2,            # IN  (B,) L2 weight of each model
                 const double[::1] inv_n,         # IN  (B,) 1 / (rows of model j)
@@ -290,18 +471,27 @@ def train_block(const float[:, ::1] X,          # IN  (n, D): rows with a traili
     cdef int C = n_classes
     cdef int64_t P = D * C
     cdef int64_t nrb = row_blocks.shape[0] - 1, ncb = col_blocks.shape[0] - 1
+    cdef int64_t nsb = super_blocks.shape[0] - 1
     cdef int hist = history if history > 0 else 1
     cdef int rc = 0
+    cdef int64_t total = 0, j
+    cdef bint use_pre = precond.shape[0] > 0
     if (y.shape[0] != n or member.shape[0] != n or coef.shape[0] != B or coef.shape[1] != P
-            or l2.shape[0] != B or inv_n.shape[0] != B or n_iter.shape[0] != B
-            or status.shape[0] != B or fval.shape[0] != B or row_blocks[nrb] != n
-            or col_blocks[ncb] != D):
+            or n_rows.shape[0] != B or l2.shape[0] != B or inv_n.shape[0] != B
+            or n_iter.shape[0] != B or status.shape[0] != B or fval.shape[0] != B
+            or row_blocks[nrb] != n or col_blocks[ncb] != D or super_blocks[nsb] != nrb
+            or (use_pre and (precond.shape[0] != D or precond.shape[1] != D))):
         raise ValueError("train_block: inconsistent shapes")
     if n == 0 or B == 0:
         return
+    for j in range(B):
+        total += n_rows[j]
     cdef const double *params = &loss_params[0] if loss_params.shape[0] > 0 else NULL
+    cdef int64_t ldx = _row_stride(X)
     with nogil:
-        rc = _train(&X[0, 0], &y[0], &member[0, 0], &row_blocks[0], nrb, &col_blocks[0], ncb,
+        rc = _train(&X[0, 0], ldx, &y[0], &member[0, 0], total, &row_blocks[0], nrb,
+                    &super_blocks[0], nsb, &col_blocks[0], ncb,
+                    &precond[0, 0] if use_pre else NULL,
                     &coef[0, 0], &l2[0], &inv_n[0], n, D, B, C, loss_code, params,
                     <afl_user_weight_fn> user_fn, gtol, ftol, max_iter, hist, max_ls,
                     &n_iter[0], &status[0], &fval[0], n_threads)
@@ -309,26 +499,31 @@ def train_block(const float[:, ::1] X,          # IN  (n, D): rows with a traili
         raise MemoryError("train_block: could not allocate scratch memory")
 
 
-cdef int _train(const float *X, const int32_t *y, const uint8_t *member,
-                const int64_t *row_blocks, int64_t nrb, const int64_t *col_blocks, int64_t ncb,
+cdef int _train(const float *X, int64_t ldx, const int32_t *y, const uint8_t *member, int64_t total,
+                const int64_t *row_blocks, int64_t nrb, const int64_t *super_blocks, int64_t nsb,
+                const int64_t *col_blocks, int64_t ncb, const float *Pm,
                 double *coef, const double *l2, const double *inv_n,
                 int64_t n, int64_t D, int64_t B, int C, int loss_code, const double *params,
                 afl_user_weight_fn user, double gtol, double ftol, int max_iter, int hist,
                 int max_ls, int32_t *n_iter_out, int32_t *status_out, double *fval_out,
                 int n_threads) noexcept nogil:
-    cdef int64_t P = D * C, BC = B * C
-    cdef int64_t i, j, a, k, r, c, rb, nA, ldz
+    cdef int64_t P = D * C, C2 = 2 * C
+    cdef int64_t Dp = afl_member_width(D), Pp = Dp * C
+    cdef int64_t j, a, b, k, r, c, nA, nN, ncols
+    cdef int newest
     cdef int rc = 0
-    cdef double loss_sum, reg, xv
-    cdef double *pbuf
-    cdef float *zrow
-    cdef float *zb
+    cdef double reg, xv, yhy
+    cdef afl_member_set ms
 
     # scratch; freed at the end whatever happens
-    cdef float *Wt = <float *> malloc(D * BC * sizeof(float))
-    cdef float *Z = <float *> malloc(n * BC * sizeof(float))
-    cdef double *Gw = <double *> malloc(D * BC * sizeof(double))
-    cdef double *lossp = <double *> malloc(nrb * B * sizeof(double))
+    cdef int64_t *mptr = <int64_t *> malloc(B * (nrb + 1) * sizeof(int64_t))
+    cdef int32_t *mrows = <int32_t *> malloc((total if total > 0 else 1) * sizeof(int32_t))
+    # class-major weights and gradients of the member pass, class rows padded to Dp (the pad
+    # stays zero) and 64-byte aligned
+    cdef float *Wc = <float *> _aligned_zeros(B * Pp * sizeof(float))
+    cdef double *gradc = <double *> _aligned_zeros(B * Pp * sizeof(double))
+    cdef double *lossv = <double *> malloc(B * sizeof(double))
+    cdef double *sca = <double *> malloc(B * sizeof(double))
     cdef double *xt = <double *> malloc(B * P * sizeof(double))
     cdef double *gt = <double *> malloc(B * P * sizeof(double))
     cdef double *g = <double *> malloc(B * P * sizeof(double))
@@ -348,22 +543,37 @@ cdef int _train(const float *X, const int32_t *y, const uint8_t *member,
     cdef int *mem_len = <int *> malloc(B * sizeof(int))
     cdef int *mem_head = <int *> malloc(B * sizeof(int))
     cdef int64_t *active = <int64_t *> malloc(B * sizeof(int64_t))
-    # gradient scale (1 / rows) of each active model, padded for the vectorised CE row pass
-    cdef double *sca = <double *> calloc(afl_pad(B), sizeof(double))
-    # per-thread scratch of the row pass, allocated once and checked like the rest
-    cdef int n_thr = n_threads if n_threads > 0 else 1
-    cdef int64_t row_len = afl_ce_work_len(C, B)
-    cdef double *rowbuf = <double *> malloc(n_thr * row_len * sizeof(double))
-    cdef float *zbuf = <float *> malloc(n_thr * C * sizeof(float))
+    cdef int64_t *dirs = <int64_t *> malloc(B * sizeof(int64_t))
+    # the preconditioner product: [q, y] of every model that needs a direction, D x 2 C each
+    cdef float *V = <float *> malloc(D * B * C2 * sizeof(float)) if Pm != NULL else NULL
+    cdef double *O = <double *> malloc(D * B * C2 * sizeof(double)) if Pm != NULL else NULL
 
-    if (Wt == NULL or Z == NULL or Gw == NULL or lossp == NULL or xt == NULL or gt == NULL
-            or g == NULL or p == NULL or S == NULL or Y == NULL or rho == NULL or alph == NULL
-            or f == NULL or ft == NULL or alpha == NULL or gp == NULL or state == NULL
-            or status == NULL or iters == NULL or n_ls == NULL or mem_len == NULL
-            or mem_head == NULL or active == NULL or sca == NULL or rowbuf == NULL
-            or zbuf == NULL):
+    if (mptr == NULL or mrows == NULL or Wc == NULL or gradc == NULL or lossv == NULL
+            or sca == NULL or xt == NULL or gt == NULL or g == NULL or p == NULL or S == NULL
+            or Y == NULL or rho == NULL or alph == NULL or f == NULL or ft == NULL
+            or alpha == NULL or gp == NULL or state == NULL or status == NULL or iters == NULL
+            or n_ls == NULL or mem_len == NULL or mem_head == NULL or active == NULL
+            or dirs == NULL or (Pm != NULL and (V == NULL or O == NULL))):
         rc = -1
     else:
+        afl_member_index(n, B, member, nrb, row_blocks, mptr, mrows)
+        ms.n = n
+        ms.D = D
+        ms.ldx = ldx
+        ms.Dp = Dp
+        ms.C = C
+        ms.X = X
+        ms.y = y
+        ms.B = B
+        ms.nrb = nrb
+        ms.row_blocks = row_blocks
+        ms.mptr = mptr
+        ms.mrows = mrows
+        ms.nsb = nsb
+        ms.sb = super_blocks
+        ms.loss_code = loss_code
+        ms.params = params
+        ms.user = user
         for j in range(B):
             state[j] = ST_INIT
             status[j] = _MAX_ITER
@@ -381,8 +591,7 @@ cdef int _train(const float *X, const int32_t *y, const uint8_t *member,
                     nA += 1
             if nA == 0:
                 break
-            ldz = nA * C
-            # trial points of the active models, in double and as float32 GEMM operands
+            # trial points of the active models, in double and as class-major float32 weights
             for a in prange(nA, num_threads=n_threads, schedule='static'):
                 j = active[a]
                 for k in range(P):
@@ -392,75 +601,88 @@ cdef int _train(const float *X, const int32_t *y, const uint8_t *member,
                     xt[j * P + k] = xv
                 for r in range(D):
                     for c in range(C):
-                        Wt[r * ldz + c * nA + a] = <float> xt[j * P + r * C + c]
+                        Wc[a * Pp + c * Dp + r] = <float> xt[j * P + r * C + c]
                 sca[a] = inv_n[j]
-            # logits of every row for every active model: one GEMM
-            if afl_sgemm(0, n, ldz, D, X, D, Wt, ldz, Z, NULL, ldz, 0, col_blocks, ncb, n_threads) != 0:
-                rc = -1
-                break
-            # per-row loss and logit gradient (in place), row blocks in parallel
-            with parallel(num_threads=n_thr):
-                pbuf = rowbuf + threadid() * row_len
-                zb = zbuf + threadid() * C
-                for rb in prange(nrb, schedule='dynamic'):
-                    if loss_code == AFL_LOSS_CE:
-                        # cross-entropy: vectorised over the models of the round
-                        afl_ce_rows(row_blocks[rb], row_blocks[rb + 1], C, nA, B, Z, ldz, y,
-                                    member, active, sca, lossp + rb * B, pbuf)
-                        continue
-                    for a in range(nA):
-                        lossp[rb * B + a] = 0.0
-                    for i in range(row_blocks[rb], row_blocks[rb + 1]):
-                        for a in range(nA):
-                            j = active[a]
-                            zrow = Z + i * ldz + a
-                            if member[i * B + j]:
-                                for c in range(C):
-                                    zb[c] = zrow[c * nA]
-                                lossp[rb * B + a] += afl_row_loss(loss_code, params, user, C, zb,
-                                                                  y[i], pbuf, inv_n[j], zb)
-                                for c in range(C):
-                                    zrow[c * nA] = zb[c]
-                            else:
-                                for c in range(C):
-                                    zrow[c * nA] = 0.0
-            # gradient of every active model: one GEMM, summed over the same row blocks
-            if afl_sgemm(1, D, ldz, n, X, D, Z, ldz, NULL, Gw, ldz, 0, row_blocks, nrb, n_threads) != 0:
+            # loss and gradient of every active model over its own rows: one pass
+            if afl_member_eval(&ms, nA, active, Wc, sca, lossv, gradc, n_threads) != 0:
                 rc = -1
                 break
             for a in prange(nA, num_threads=n_threads, schedule='static'):
                 j = active[a]
-                loss_sum = 0.0
-                for rb in range(nrb):
-                    loss_sum = loss_sum + lossp[rb * B + a]
                 reg = 0.0
                 for k in range((D - 1) * C):
                     reg = reg + xt[j * P + k] * xt[j * P + k]
-                ft[j] = loss_sum * inv_n[j] + 0.5 * l2[j] * reg
+                ft[j] = lossv[a] * inv_n[j] + 0.5 * l2[j] * reg
                 for r in range(D):
                     for c in range(C):
-                        gt[j * P + r * C + c] = Gw[r * ldz + c * nA + a]
+                        gt[j * P + r * C + c] = gradc[a * Pp + c * Dp + r]
                         if r < D - 1:
                             gt[j * P + r * C + c] = gt[j * P + r * C + c] + l2[j] * xt[j * P + r * C + c]
-                _solver_step(P, hist, &state[j], &status[j], &iters[j],
-                             coef + j * P, g + j * P, &f[j], xt + j * P, gt + j * P, ft[j],
-                             p + j * P, S + j * hist * P, Y + j * hist * P, rho + j * hist,
-                             &mem_len[j], &mem_head[j], alph + j * hist,
-                             &alpha[j], &gp[j], &n_ls[j], gtol, ftol, max_iter, max_ls)
+                _solver_update(P, hist, &state[j], &status[j], &iters[j],
+                               coef + j * P, g + j * P, &f[j], xt + j * P, gt + j * P, ft[j],
+                               p + j * P, S + j * hist * P, Y + j * hist * P, rho + j * hist,
+                               &mem_len[j], &mem_head[j], alph + j * hist,
+                               &alpha[j], &gp[j], &n_ls[j], gtol, ftol, max_iter, max_ls)
+            # new search directions: H0 [q, y] of all such models in one GEMM
+            nN = 0
+            for j in range(B):
+                if state[j] == ST_DIRECTION:
+                    dirs[nN] = j
+                    nN += 1
+            if nN == 0:
+                continue
+            if Pm != NULL:
+                ncols = nN * C2
+                for b in prange(nN, num_threads=n_threads, schedule='static'):
+                    j = dirs[b]
+                    newest = (mem_head[j] - 1 + hist) % hist
+                    for r in range(D):
+                        for c in range(C):
+                            V[r * ncols + b * C2 + c] = <float> p[j * P + r * C + c]
+                            V[r * ncols + b * C2 + C + c] = (
+                                <float> Y[(j * hist + newest) * P + r * C + c] if mem_len[j] > 0 else 0.0)
+                if afl_sgemm(0, D, ncols, D, Pm, D, V, ncols, NULL, O, ncols, 0,
+                             col_blocks, ncb, n_threads) != 0:
+                    rc = -1
+                    break
+                for b in prange(nN, num_threads=n_threads, schedule='static'):
+                    j = dirs[b]
+                    newest = (mem_head[j] - 1 + hist) % hist
+                    yhy = 0.0
+                    for r in range(D):
+                        for c in range(C):
+                            gt[j * P + r * C + c] = O[r * ncols + b * C2 + c]
+                            if mem_len[j] > 0:
+                                yhy = yhy + Y[(j * hist + newest) * P + r * C + c] * O[r * ncols + b * C2 + C + c]
+                    _solver_direction(P, hist, &state[j], iters[j], g + j * P, p + j * P,
+                                      S + j * hist * P, Y + j * hist * P, rho + j * hist,
+                                      &mem_len[j], mem_head[j], alph + j * hist,
+                                      gt + j * P, yhy, &alpha[j], &gp[j], &n_ls[j])
+            else:
+                for b in prange(nN, num_threads=n_threads, schedule='static'):
+                    j = dirs[b]
+                    newest = (mem_head[j] - 1 + hist) % hist
+                    yhy = 0.0
+                    if mem_len[j] > 0:
+                        yhy = _dot(Y + (j * hist + newest) * P, Y + (j * hist + newest) * P, P)
+                    _solver_direction(P, hist, &state[j], iters[j], g + j * P, p + j * P,
+                                      S + j * hist * P, Y + j * hist * P, rho + j * hist,
+                                      &mem_len[j], mem_head[j], alph + j * hist,
+                                      NULL, yhy, &alpha[j], &gp[j], &n_ls[j])
         if rc == 0:
             for j in range(B):
                 n_iter_out[j] = iters[j]
                 status_out[j] = status[j]
                 fval_out[j] = f[j]
 
-    free(Wt); free(Z); free(Gw); free(lossp); free(xt); free(gt); free(g); free(p)
-    free(S); free(Y); free(rho); free(alph); free(f); free(ft); free(alpha); free(gp)
-    free(state); free(status); free(iters); free(n_ls); free(mem_len); free(mem_head)
-    free(active); free(sca); free(rowbuf); free(zbuf)
+    free(mptr); free(mrows); free(Wc); free(gradc); free(lossv); free(sca)
+    free(xt); free(gt); free(g); free(p); free(S); free(Y); free(rho); free(alph)
+    free(f); free(ft); free(alpha); free(gp); free(state); free(status); free(iters)
+    free(n_ls); free(mem_len); free(mem_head); free(active); free(dirs); free(V); free(O)
     return rc
 
 
-def predict_accumulate(const float[:, ::1] X,        # IN  (n, D) rows with a trailing ones column
+def predict_accumulate(const float[:, :] X,          # IN  (n, D) rows with a trailing ones column
                        const int32_t[::1] y,          # IN  (n,) label codes; -1: no label
                        const uint8_t[:, ::1] heldout, # IN  (n, B) 1 where model j predicts row i
                        const float[:, ::1] W,         # IN  (D, B * C) coefficients of the B models
@@ -482,6 +704,7 @@ def predict_accumulate(const float[:, ::1] X,        # IN  (n, D) rows with a tr
     cdef double *pbuf
     cdef double *pbufs = NULL
     cdef float *Z
+    cdef int64_t ldx = _row_stride(X)
     if (y.shape[0] != n or heldout.shape[0] != n or W.shape[0] != D or W.shape[1] != BC
             or seen.shape[0] != n or correct.shape[0] != n or prob_label.shape[0] != n
             or (want_proba and (proba_sum.shape[0] != n or proba_sum.shape[1] != C))
@@ -495,7 +718,7 @@ def predict_accumulate(const float[:, ::1] X,        # IN  (n, D) rows with a tr
         if Z == NULL or pbufs == NULL:
             rc = -1
         else:
-            rc = afl_sgemm(0, n, BC, D, &X[0, 0], D, &W[0, 0], BC, Z, NULL, BC, 0,
+            rc = afl_sgemm(0, n, BC, D, &X[0, 0], ldx, &W[0, 0], BC, Z, NULL, BC, 0,
                            &col_blocks[0], col_blocks.shape[0] - 1, n_threads)
         if rc == 0:
             with parallel(num_threads=n_thr):

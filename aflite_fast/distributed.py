@@ -311,19 +311,20 @@ def _worker_threads(n_threads):
         return 1
 
 
-def _train_task(center, positions, codes, member, coef, n_classes, C, loss, options, n_threads, *pieces):
+def _train_task(center, positions, codes, member, coef, n_classes, C, loss, options, n_threads, precond,
+                *pieces):
     raw = _stack(pieces)
     Xa = gather_rows(raw, np.arange(raw.shape[0]), center,
-                     np.empty((raw.shape[0], raw.shape[1] + 1), dtype=np.float32))
+                     kernel.empty_rows(raw.shape[0], raw.shape[1] + 1))
     coef, info = kernel.train_models(Xa, codes, member, n_classes, C=C, loss=loss, coef=coef,
-                                     positions=positions, options=options,
+                                     positions=positions, precond=precond, options=options,
                                      n_threads=_worker_threads(n_threads))
     return coef, info["n_iter"], info["status"]
 
 
 def _predict_task(chunk, W, local, codes, heldout, center, n_classes, want_proba, n_threads):
     n = local.size
-    Xa = gather_rows(chunk, local, center, np.empty((n, chunk.shape[1] + 1), dtype=np.float32))
+    Xa = gather_rows(chunk, local, center, kernel.empty_rows(n, chunk.shape[1] + 1))
     seen = np.zeros(n, dtype=np.int32)
     correct = np.zeros(n, dtype=np.int32)
     prob_label = np.zeros(n, dtype=np.float64)
@@ -415,13 +416,24 @@ def score_phase_dask(X, codes, active, center, train_pos, *, n_classes, C=1.0, l
     n_iter = np.zeros(m, dtype=np.int32)
     status = np.zeros(m, dtype=np.int32)
     Ck = engine.kernel_C(C, n_classes)
-    moved = dict.fromkeys(["train_rows", "train_rows_remote", "train_inputs", "coef_back",
+    moved = dict.fromkeys(["train_rows", "train_rows_remote", "precond_rows", "train_inputs", "coef_back",
                            "weights_broadcast", "predict_inputs", "counts_back"], 0)
     t0 = time.perf_counter()
     # where each chunk lives before this phase copies any of it (for train_rows_remote)
     holders = client.who_has(X.futures)
     chunk_home = [set(holders.get(f.key, ())) for f in X.futures]
     center_f = client.scatter(center, broadcast=True, hash=False)
+    precond = None
+    if options.precondition:
+        def read_rows(rows):
+            raw = _stack(client.gather([f for f, _, _ in X.pieces(rows)]))
+            return gather_rows(raw, np.arange(rows.size), center,
+                               np.empty((rows.size, D), dtype=np.float32))
+
+        precond = engine.phase_preconditioner(read_rows, active, d, n_classes, Ck,
+                                              train_pos.shape[1], _worker_threads(n_threads))
+        moved["precond_rows"] = int(kernel.preconditioner_sample(n_active, D).size) * d * item
+    precond_f = None if precond is None else client.scatter(precond, broadcast=True, hash=False)
     jobs = []
     for block in blocks:
         bm = member[:, block]
@@ -432,7 +444,7 @@ def score_phase_dask(X, codes, active, center, train_pos, *, n_classes, C=1.0, l
         codes_b = codes[rows]
         coef_b = np.ascontiguousarray(coef[block])
         fut = client.submit(_train_task, center_f, union, codes_b, member_b, coef_b, n_classes, Ck, spec,
-                            options, n_threads, *[f for f, _, _ in pieces], pure=False)
+                            options, n_threads, precond_f, *[f for f, _, _ in pieces], pure=False)
         moved["train_rows"] += union.size * d * item
         moved["train_inputs"] += union.nbytes + codes_b.nbytes + member_b.nbytes + coef_b.nbytes
         moved["coef_back"] += coef_b.nbytes + 8 * len(block)

@@ -164,6 +164,18 @@ def plan_blocks(member, budget, n_features, n_classes, history, overhead=0):
     return blocks
 
 
+def phase_preconditioner(read_rows, active, n_features, n_classes, kernel_C, train_size, n_threads):
+    """The solver's initial inverse Hessian shared by every partition of a phase.
+
+    Estimated from rows spread evenly over the active set (:func:`kernel.preconditioner_sample`),
+    so it is a function of the active set alone and no model depends on its block or on the
+    backend.  ``read_rows(rows)`` returns the augmented float32 rows ``rows`` (C-contiguous);
+    the L2 weight is the one of a partition of ``train_size`` rows.
+    """
+    sample = active[kernel.preconditioner_sample(active.size, n_features + 1)]
+    return kernel.preconditioner(read_rows(sample), n_classes, 1.0 / (kernel_C * train_size), n_threads)
+
+
 @dataclass
 class PhaseScores:
     """Per-row results of one phase, indexed by position in the active set.
@@ -237,6 +249,14 @@ def score_phase(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="
     Ck = kernel_C(C, n_classes)
     read_seconds = 0.0
     t0 = time.perf_counter()
+    precond = None
+    if options.precondition:
+        r0 = time.perf_counter()
+        precond = phase_preconditioner(
+            lambda rows: gather_rows(X, rows, center, np.empty((rows.size, D), dtype=np.float32),
+                                     gather_bytes),
+            active, d, n_classes, Ck, t, n_threads)
+        read_seconds += time.perf_counter() - r0
     in_block = np.empty(n_active, dtype=bool)
     for block in blocks:
         # union of the block's training rows, without an n_active x len(block) copy of member
@@ -247,12 +267,13 @@ def score_phase(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="
         bm = member[np.ix_(union, block)]
         rows = active[union]
         r0 = time.perf_counter()
-        Xa = gather_rows(X, rows, center, np.empty((union.size, D), dtype=np.float32), gather_bytes)
+        Xa = gather_rows(X, rows, center, kernel.empty_rows(union.size, D), gather_bytes)
         read_seconds += time.perf_counter() - r0
         coef_b = np.ascontiguousarray(coef[block])
         coef_b, info = kernel.train_models(
             Xa, codes[rows], bm, n_classes, C=Ck, loss=loss, loss_params=loss_params,
-            coef=coef_b, positions=union, options=options, n_threads=n_threads)
+            coef=coef_b, positions=union, precond=precond, options=options,
+            n_threads=n_threads)
         coef[block] = coef_b
         n_iter[block] = info["n_iter"]
         status[block] = info["status"]
@@ -271,7 +292,7 @@ def score_phase(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="
     for s0 in range(0, n_active, chunk):
         s1 = min(n_active, s0 + chunk)
         r0 = time.perf_counter()
-        Xa = gather_rows(X, active[s0:s1], center, np.empty((s1 - s0, D), dtype=np.float32),
+        Xa = gather_rows(X, active[s0:s1], center, kernel.empty_rows(s1 - s0, D),
                          gather_bytes)
         read_seconds += time.perf_counter() - r0
         heldout = np.subtract(1, member[s0:s1], dtype=np.uint8)

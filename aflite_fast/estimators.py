@@ -138,7 +138,7 @@ class RobustLogisticRegression(ClassifierMixin, BaseEstimator):
         member = np.ones((X.shape[0], 1), dtype=np.uint8)
         coef, info = kernel.train_models(
             Xa, labels.codes, member, labels.n_classes, C=kernel_C(C, labels.n_classes), loss=spec,
-            options=kernel.SolverOptions(tol=self.tol, max_iter=self.max_iter),
+            precond="auto", options=kernel.SolverOptions(tol=self.tol, max_iter=self.max_iter),
             n_threads=effective_n_threads(self.n_jobs))
         self._coef_full = kernel.uncenter_coef(coef[0], center.astype(np.float32).astype(np.float64))
         self.classes_ = labels.classes

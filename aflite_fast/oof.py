@@ -171,14 +171,19 @@ def _fit_predict_subsets(X, codes, center, member, heldout, *, n_classes, C, los
     n_iter = np.zeros(K, dtype=np.int32)
     status = np.zeros(K, dtype=np.int32)
     Ck = engine.kernel_C(C, n_classes)
+    precond = None
+    if options.precondition:
+        precond = engine.phase_preconditioner(
+            lambda rows: gather_rows(X, rows, center, np.empty((rows.size, D), dtype=np.float32)),
+            np.arange(n, dtype=np.int64), d, n_classes, Ck, float(member.sum(axis=0).mean()), n_threads)
     Xa_all = None  # the gathered rows, kept for prediction when one block trained on all rows
     for block in blocks:
         bm = member[:, block]
         union = np.flatnonzero(bm.any(axis=1))
-        Xa = gather_rows(X, union, center, np.empty((union.size, D), dtype=np.float32))
+        Xa = gather_rows(X, union, center, kernel.empty_rows(union.size, D))
         coef_b, info = kernel.train_models(
             Xa, codes[union], np.ascontiguousarray(bm[union]), n_classes, C=Ck, loss=loss,
-            coef=np.ascontiguousarray(coef[block]), positions=union, options=options,
+            coef=np.ascontiguousarray(coef[block]), positions=union, precond=precond, options=options,
             n_threads=n_threads)
         coef[block] = coef_b
         n_iter[block] = info["n_iter"]
@@ -201,7 +206,7 @@ def _fit_predict_subsets(X, codes, center, member, heldout, *, n_classes, C, los
         elif Xa_all is not None:
             Xa = Xa_all[r]
         else:
-            Xa = gather_rows(X, r, center, np.empty((r.size, D), dtype=np.float32))
+            Xa = gather_rows(X, r, center, kernel.empty_rows(r.size, D))
         s_seen, s_correct = seen[r], correct[r]
         s_prob, s_sum = prob_label[r], proba_sum[r]
         kernel.predict_accumulate(Xa, codes[r], np.ascontiguousarray(heldout[r]), W, n_classes,

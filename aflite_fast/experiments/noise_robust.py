@@ -189,7 +189,7 @@ def fit_predict(X_train, y_train, X_test, n_classes, loss, loss_params=None, *, 
     stages = ([spec.warmup] if needs_warmup(spec) else []) + [spec]
     for stage in stages:
         coef, info = kernel.train_models(Xa, y_train, member, n_classes, C=Ck, loss=stage, coef=coef,
-                                         options=options, n_threads=n_threads)
+                                         precond="auto", options=options, n_threads=n_threads)
         n_iter += int(info["n_iter"][0])
     proba = kernel.predict_proba(kernel.augment_rows(X_test, center), coef[0], n_threads=n_threads)
     return np.argmax(proba, axis=1), {"n_iter": n_iter,

@@ -1,0 +1,193 @@
+/* Member-row pass, compiled per instruction set: see afl_member.h for the design. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include "afl_omp.h"
+#include "afl_gemm.h"
+#include "afl_member.h"
+#if defined(__GNUC__) && !defined(__clang__) && (defined(__x86_64__) || defined(_M_X64))
+#define AFL_X86_CLONES 1
+#include <immintrin.h>
+#endif
+
+#if defined(__GNUC__) && !defined(__clang__)
+#define AFL_IVDEP _Pragma("GCC ivdep")
+#else
+#define AFL_IVDEP
+#endif
+
+/* Row counts of the CE pass are padded to whole vectors of doubles (two AVX-512 vectors),
+ * so its loops over rows need no scalar remainder. */
+static inline int64_t afl_member_pad(int64_t n) { return (n + 15) / 16 * 16; }
+
+/* Per-thread scratch of one evaluation. */
+typedef struct {
+    float *Z, *R, *zb;
+    int32_t *yl;
+    double *work;
+} afl_member_scratch;
+
+#define AFL_SFX _generic
+#define AFL_VL 4
+#define AFL_KG 4
+#include "afl_member_impl.h"
+#undef AFL_SFX
+#undef AFL_VL
+#undef AFL_KG
+
+#ifdef AFL_X86_CLONES
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+#define AFL_SFX _avx2
+#define AFL_VL 8
+#define AFL_KG 2
+#include "afl_member_impl.h"
+#undef AFL_SFX
+#undef AFL_VL
+#undef AFL_KG
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512vl,avx2,fma")
+#define AFL_SFX _avx512
+#define AFL_VL 16
+#define AFL_KG 4
+#include "afl_member_impl.h"
+#undef AFL_SFX
+#undef AFL_VL
+#undef AFL_KG
+#pragma GCC pop_options
+#endif
+
+typedef void (*afl_model_block_fn)(const afl_member_set *, int64_t, int64_t, const float *,
+                                   double, double *, afl_member_scratch *);
+
+/* The same instruction set as the GEMM (afl_gemm_isa honours AFLITE_FAST_ISA). */
+static afl_model_block_fn afl_member_pick(void)
+{
+    const char *isa = afl_gemm_isa();
+#ifdef AFL_X86_CLONES
+    if (strcmp(isa, "avx512") == 0) return model_block_avx512;
+    if (strcmp(isa, "avx2") == 0) return model_block_avx2;
+#else
+    (void)isa;
+#endif
+    return model_block_generic;
+}
+
+static afl_model_block_fn afl_member_impl = NULL;  /* picked once */
+
+const char *afl_member_isa(void) { return afl_gemm_isa(); }
+
+void afl_member_index(int64_t n, int64_t B, const uint8_t *member, int64_t nrb,
+                      const int64_t *row_blocks, int64_t *mptr, int32_t *mrows)
+{
+    const int64_t L = nrb + 1;
+    /* counts per (model, row block), then offsets: model j's rows start after every row of
+     * the models before it */
+    for (int64_t j = 0; j < B * L; j++) mptr[j] = 0;
+    for (int64_t rb = 0; rb < nrb; rb++)
+        for (int64_t i = row_blocks[rb]; i < row_blocks[rb + 1]; i++) {
+            const uint8_t *m = member + i * B;
+            for (int64_t j = 0; j < B; j++) mptr[j * L + rb + 1] += m[j] != 0;
+        }
+    int64_t base = 0;
+    for (int64_t j = 0; j < B; j++) {
+        int64_t *mp = mptr + j * L;
+        mp[0] = base;
+        for (int64_t rb = 0; rb < nrb; rb++) mp[rb + 1] += mp[rb];
+        base = mp[nrb];
+    }
+    /* fill in row order, each model's cursor starting at its first row */
+    int64_t *cur = (int64_t *)malloc((size_t)(B > 0 ? B : 1) * sizeof(int64_t));
+    if (cur) {
+        for (int64_t j = 0; j < B; j++) cur[j] = mptr[j * L];
+        for (int64_t i = 0; i < n; i++) {
+            const uint8_t *m = member + i * B;
+            for (int64_t j = 0; j < B; j++)
+                if (m[j]) mrows[cur[j]++] = (int32_t)i;
+        }
+        free(cur);
+    } else {
+        /* no scratch for cursors: one pass per model */
+        for (int64_t j = 0; j < B; j++) {
+            int64_t c = mptr[j * L];
+            for (int64_t i = 0; i < n; i++)
+                if (member[i * B + j]) mrows[c++] = (int32_t)i;
+        }
+    }
+}
+
+int afl_member_eval(const afl_member_set *s, int64_t nA, const int64_t *active,
+                    const float *W, const double *scale, double *loss, double *grad,
+                    int n_threads)
+{
+    const int C = s->C;
+    const int64_t P = (int64_t)C * s->Dp, stride = P + 1;
+    int64_t qmax = 0;
+    for (int64_t rb = 0; rb < s->nrb; rb++)
+        if (s->row_blocks[rb + 1] - s->row_blocks[rb] > qmax) qmax = s->row_blocks[rb + 1] - s->row_blocks[rb];
+    for (int64_t a = 0; a < nA; a++) loss[a] = 0.0;
+    memset(grad, 0, (size_t)(nA * P) * sizeof(double));
+    if (nA == 0 || s->nsb == 0 || qmax == 0) return 0;
+    if (!afl_member_impl) afl_member_impl = afl_member_pick();
+    const afl_model_block_fn fn = afl_member_impl;
+    if (n_threads < 1) n_threads = 1;
+    if (n_threads > s->nsb) n_threads = (int)s->nsb;
+    const int64_t qp = afl_member_pad(qmax);
+    int failed = 0;
+#ifdef _OPENMP
+#pragma omp parallel num_threads(n_threads)
+#endif
+    {
+        afl_member_scratch w;
+        double *part = (double *)malloc((size_t)(nA * stride) * sizeof(double));
+        w.Z = (float *)malloc((size_t)(qmax * C) * sizeof(float));
+        w.R = (float *)malloc((size_t)(qmax * C) * sizeof(float));
+        w.zb = (float *)malloc((size_t)C * sizeof(float));
+        w.yl = (int32_t *)malloc((size_t)qmax * sizeof(int32_t));
+        w.work = (double *)malloc((size_t)((C + 4) * qp) * sizeof(double));
+        int ok = part && w.Z && w.R && w.zb && w.yl && w.work;
+        if (!ok) {
+#ifdef _OPENMP
+#pragma omp atomic write
+#endif
+            failed = 1;
+        }
+        /* super-blocks in order; each thread sums its super-block into `part`, and the
+         * ordered section adds the parts in super-block order */
+#ifdef _OPENMP
+#pragma omp for schedule(dynamic, 1) ordered
+#endif
+        for (int64_t sb = 0; sb < s->nsb; sb++) {
+            if (ok) {
+                memset(part, 0, (size_t)(nA * stride) * sizeof(double));
+                /* model by model through the super-block: the model's weights and sums stay
+                 * in cache while its rows stream in (a super-block's rows fit in L3) */
+                for (int64_t a = 0; a < nA; a++)
+                    for (int64_t rb = s->sb[sb]; rb < s->sb[sb + 1]; rb++)
+                        fn(s, rb, active[a], W + a * P, scale[a], part + a * stride, &w);
+            }
+#ifdef _OPENMP
+#pragma omp ordered
+#endif
+            {
+                if (ok)
+                    for (int64_t a = 0; a < nA; a++) {
+                        const double *pa = part + a * stride;
+                        double *ga = grad + a * P;
+                        for (int64_t k = 0; k < P; k++) ga[k] += pa[k];
+                        loss[a] += pa[P];
+                    }
+            }
+        }
+        free(part);
+        free(w.Z);
+        free(w.R);
+        free(w.zb);
+        free(w.yl);
+        free(w.work);
+    }
+    return failed ? -1 : 0;
+}

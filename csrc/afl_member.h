@@ -1,0 +1,85 @@
+/* Member-row evaluation of a block of linear models: objective sums and gradients of each
+ * model over its own training rows only.
+ *
+ * Design:
+ *  A. Work is proportional to the training rows of each model (sum_j n_j x D x C), not to
+ *     (union of the block's rows) x (models): a masked GEMM over the union does N / t times
+ *     the arithmetic needed when t is a small share of the active rows (t/N = 0.1 with 64
+ *     partitions: the union is all rows, so 10x), which is how AFLite runs at scale.
+ *  B. Rows come in row blocks fixed by the caller (positions in the active set // 256), so
+ *     one row block of X (<= 256 rows, about 1 MB at d = 1024) stays in cache while every
+ *     model of the round works through its member rows of that block: X is streamed from
+ *     memory once per evaluation, whatever the number of models.
+ *  C. Per (model, row block): logits of the member rows (dot products vectorised along the
+ *     features, four rows at a time so each weight vector load serves four rows), the
+ *     per-row loss and logit gradient (cross-entropy vectorised over the rows; other losses
+ *     through afl_row_loss), and the gradient X_rows^T R (vectorised along the features,
+ *     a sequential FMA chain over the rows in order, from zero), added in double.
+ *  D. Determinism: a row's logits are computed by the same instructions wherever the row
+ *     sits (groups of four are padded with copies of the last row, whose results are
+ *     dropped); a model's gradient and loss over a row block are sums over its member rows
+ *     in row order, added in double in row-block order within a super-block (a fixed range
+ *     of row blocks, given by the caller from positions alone), and super-block sums are
+ *     added in super-block order (an OpenMP ordered section).  So no bit depends on the
+ *     thread count, on which other models are evaluated, or on which other rows the block
+ *     holds.  Results are reproducible per instruction set (AVX-512, AVX2, generic), as the
+ *     GEMM's are.
+ */
+#ifndef AFL_MEMBER_H
+#define AFL_MEMBER_H
+#include <stdint.h>
+#include "afl_losses.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The rows of one training call and each model's member rows among them. */
+typedef struct {
+    int64_t n, D;            /* rows of X; columns (features + the ones column) */
+    int64_t ldx;             /* stride of X's rows (>= D); a multiple of 16 keeps rows aligned */
+    int64_t Dp;              /* stride of W's and grad's class rows: D rounded up to AFL_MEMBER_ALIGN */
+    int C;                   /* classes */
+    const float *X;          /* n rows of ldx floats, the first D of each used */
+    const int32_t *y;        /* n label codes */
+    int64_t B;               /* models of the call */
+    int64_t nrb;             /* row blocks */
+    const int64_t *row_blocks; /* nrb + 1 boundaries (rows) */
+    const int64_t *mptr;     /* B x (nrb + 1): model j's rows of row block rb are
+                              * mrows[mptr[j * (nrb + 1) + rb] : mptr[j * (nrb + 1) + rb + 1]] */
+    const int32_t *mrows;    /* member rows, model by model, increasing */
+    int64_t nsb;             /* super-blocks */
+    const int64_t *sb;       /* nsb + 1 boundaries (row blocks) */
+    int loss_code;
+    const double *params;
+    afl_user_weight_fn user;
+} afl_member_set;
+
+/* Class rows of weights and gradients are padded to whole vectors of this many floats. */
+#define AFL_MEMBER_ALIGN 16
+static inline int64_t afl_member_width(int64_t D)
+{
+    return (D + AFL_MEMBER_ALIGN - 1) / AFL_MEMBER_ALIGN * AFL_MEMBER_ALIGN;
+}
+
+/* Fill mptr (B x (nrb + 1)) and mrows (member.sum() entries) from the n x B 0/1 mask. */
+void afl_member_index(int64_t n, int64_t B, const uint8_t *member, int64_t nrb,
+                      const int64_t *row_blocks, int64_t *mptr, int32_t *mrows);
+
+/* For the nA models active[0..nA) with class-major float32 weights W (nA x C x Dp, zero
+ * beyond D in every class row):
+ * loss[a] = sum of the row losses over model active[a]'s rows, and
+ * grad[a * C * Dp + c * Dp + k] = sum over those rows of scale[a] * dloss/dz_c * X[row, k]
+ * for k < D (zero beyond).
+ * Returns 0, or -1 if scratch memory could not be allocated. */
+int afl_member_eval(const afl_member_set *s, int64_t nA, const int64_t *active,
+                    const float *W, const double *scale, double *loss, double *grad,
+                    int n_threads);
+
+/* Name of the instruction set the member pass dispatches to (the GEMM's). */
+const char *afl_member_isa(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
