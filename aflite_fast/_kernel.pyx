@@ -74,6 +74,11 @@ cdef extern from "afl_member.h" nogil:
     int afl_member_eval(const afl_member_set *s, int64_t nA, const int64_t *active,
                         const float *W, const double *scale, double *loss, double *grad,
                         int n_threads)
+    void afl_member_init()
+    int afl_predict(int64_t n, int64_t D, const float *X, int64_t ldx, int64_t B, int C,
+                    const float *W, const int64_t *col_blocks, int64_t ncb, const int32_t *y,
+                    const uint8_t *heldout, int32_t *seen, int32_t *correct, double *prob_label,
+                    double *proba_sum, int n_threads)
 
 cdef enum:
     ST_INIT = 0      # needs its first evaluation at the starting point
@@ -96,6 +101,7 @@ STATUS_NOT_FINITE = _NOT_FINITE
 
 # pick the instruction set before any thread can ask for it
 afl_gemm_isa()
+afl_member_init()
 
 
 def openmp_enabled():
@@ -685,7 +691,7 @@ cdef int _train(const float *X, int64_t ldx, const int32_t *y, const uint8_t *me
 def predict_accumulate(const float[:, :] X,          # IN  (n, D) rows with a trailing ones column
                        const int32_t[::1] y,          # IN  (n,) label codes; -1: no label
                        const uint8_t[:, ::1] heldout, # IN  (n, B) 1 where model j predicts row i
-                       const float[:, ::1] W,         # IN  (D, B * C) coefficients of the B models
+                       const float[:, ::1] W,         # IN  (D, C * B) class-major: column c * B + j
                        const int64_t[::1] col_blocks, # IN  blocks over the D columns
                        int n_classes,
                        int32_t[::1] seen,             # IN/OUT (n,) held-out predictions
@@ -696,16 +702,10 @@ def predict_accumulate(const float[:, :] X,          # IN  (n, D) rows with a tr
     """Predict rows with every model that holds them out and accumulate the counts."""
     cdef int64_t n = X.shape[0], D = X.shape[1], B = heldout.shape[1]
     cdef int C = n_classes
-    cdef int64_t BC = B * C
-    cdef int64_t i, j, c
-    cdef int amax, rc = 0
+    cdef int rc = 0
     cdef bint want_proba = proba_sum.shape[0] > 0
-    cdef int n_thr = n_threads if n_threads > 0 else 1
-    cdef double *pbuf
-    cdef double *pbufs = NULL
-    cdef float *Z
     cdef int64_t ldx = _row_stride(X)
-    if (y.shape[0] != n or heldout.shape[0] != n or W.shape[0] != D or W.shape[1] != BC
+    if (y.shape[0] != n or heldout.shape[0] != n or W.shape[0] != D or W.shape[1] != B * C
             or seen.shape[0] != n or correct.shape[0] != n or prob_label.shape[0] != n
             or (want_proba and (proba_sum.shape[0] != n or proba_sum.shape[1] != C))
             or col_blocks[col_blocks.shape[0] - 1] != D):
@@ -713,28 +713,8 @@ def predict_accumulate(const float[:, :] X,          # IN  (n, D) rows with a tr
     if n == 0 or B == 0:
         return
     with nogil:
-        Z = <float *> malloc(n * BC * sizeof(float))
-        pbufs = <double *> malloc(n_thr * C * sizeof(double))  # per-thread softmax scratch
-        if Z == NULL or pbufs == NULL:
-            rc = -1
-        else:
-            rc = afl_sgemm(0, n, BC, D, &X[0, 0], ldx, &W[0, 0], BC, Z, NULL, BC, 0,
-                           &col_blocks[0], col_blocks.shape[0] - 1, n_threads)
-        if rc == 0:
-            with parallel(num_threads=n_thr):
-                pbuf = pbufs + threadid() * C
-                for i in prange(n, schedule='static'):
-                    for j in range(B):
-                        if heldout[i, j]:
-                            amax = afl_softmax(C, Z + i * BC + j * C, pbuf)
-                            seen[i] += 1
-                            if y[i] >= 0:
-                                correct[i] += (amax == y[i])
-                                prob_label[i] += pbuf[y[i]]
-                            if want_proba:
-                                for c in range(C):
-                                    proba_sum[i, c] += pbuf[c]
-        free(Z)
-        free(pbufs)
+        rc = afl_predict(n, D, &X[0, 0], ldx, B, C, &W[0, 0], &col_blocks[0],
+                         col_blocks.shape[0] - 1, &y[0], &heldout[0, 0], &seen[0], &correct[0],
+                         &prob_label[0], &proba_sum[0, 0] if want_proba else NULL, n_threads)
     if rc != 0:
         raise MemoryError("predict_accumulate: could not allocate scratch memory")

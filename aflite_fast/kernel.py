@@ -303,9 +303,11 @@ def train_models(Xa, y, member, n_classes, *, C=1.0, loss="ce", loss_params=None
 
 
 def stack_weights(coef):
-    """(B, D, C) float64 coefficients -> (D, B * C) float32 operand of the prediction GEMM."""
+    """(B, D, C) float64 coefficients -> (D, C * B) float32 operand of the prediction GEMM,
+    class-major (column ``c * B + j`` is class c of model j) so that the row pass after it
+    runs over the models."""
     B, D, C = coef.shape
-    return np.ascontiguousarray(coef.transpose(1, 0, 2).reshape(D, B * C), dtype=np.float32)
+    return np.ascontiguousarray(coef.transpose(1, 2, 0).reshape(D, C * B), dtype=np.float32)
 
 
 def predict_accumulate(Xa, y, heldout, W, n_classes, seen, correct, prob_label,

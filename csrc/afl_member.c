@@ -60,23 +60,34 @@ typedef struct {
 #pragma GCC pop_options
 #endif
 
-typedef void (*afl_model_block_fn)(const afl_member_set *, int64_t, int64_t, const float *,
-                                   double, double *, afl_member_scratch *);
+/* The row passes of one instruction set. */
+typedef struct {
+    void (*model_block)(const afl_member_set *, int64_t, int64_t, const float *, double, double *,
+                        afl_member_scratch *);
+    void (*predict_rows)(int64_t, int64_t, int64_t, int, const float *, int64_t, const int32_t *,
+                         const uint8_t *, int32_t *, int32_t *, double *, double *, double *,
+                         int32_t *);
+} afl_rows_impl;
 
 /* The same instruction set as the GEMM (afl_gemm_isa honours AFLITE_FAST_ISA). */
-static afl_model_block_fn afl_member_pick(void)
+static afl_rows_impl afl_rows_pick(void)
 {
     const char *isa = afl_gemm_isa();
 #ifdef AFL_X86_CLONES
-    if (strcmp(isa, "avx512") == 0) return model_block_avx512;
-    if (strcmp(isa, "avx2") == 0) return model_block_avx2;
+    if (strcmp(isa, "avx512") == 0) return (afl_rows_impl){model_block_avx512, predict_rows_avx512};
+    if (strcmp(isa, "avx2") == 0) return (afl_rows_impl){model_block_avx2, predict_rows_avx2};
 #else
     (void)isa;
 #endif
-    return model_block_generic;
+    return (afl_rows_impl){model_block_generic, predict_rows_generic};
 }
 
-static afl_model_block_fn afl_member_impl = NULL;  /* picked once */
+static afl_rows_impl afl_rows = {NULL, NULL};  /* picked once (afl_member_init) */
+
+void afl_member_init(void)
+{
+    if (!afl_rows.model_block) afl_rows = afl_rows_pick();
+}
 
 const char *afl_member_isa(void) { return afl_gemm_isa(); }
 
@@ -131,8 +142,9 @@ int afl_member_eval(const afl_member_set *s, int64_t nA, const int64_t *active,
     for (int64_t a = 0; a < nA; a++) loss[a] = 0.0;
     memset(grad, 0, (size_t)(nA * P) * sizeof(double));
     if (nA == 0 || s->nsb == 0 || qmax == 0) return 0;
-    if (!afl_member_impl) afl_member_impl = afl_member_pick();
-    const afl_model_block_fn fn = afl_member_impl;
+    afl_member_init();
+    void (*const fn)(const afl_member_set *, int64_t, int64_t, const float *, double, double *,
+                     afl_member_scratch *) = afl_rows.model_block;
     if (n_threads < 1) n_threads = 1;
     if (n_threads > s->nsb) n_threads = (int)s->nsb;
     const int64_t qp = afl_member_pad(qmax);
@@ -190,4 +202,43 @@ int afl_member_eval(const afl_member_set *s, int64_t nA, const int64_t *active,
         free(w.work);
     }
     return failed ? -1 : 0;
+}
+
+int afl_predict(int64_t n, int64_t D, const float *X, int64_t ldx, int64_t B, int C,
+                const float *W, const int64_t *col_blocks, int64_t ncb, const int32_t *y,
+                const uint8_t *heldout, int32_t *seen, int32_t *correct, double *prob_label,
+                double *proba_sum, int n_threads)
+{
+    const int64_t BC = B * (int64_t)C, bp = afl_member_pad(B);
+    if (n <= 0 || B <= 0) return 0;
+    afl_member_init();
+    if (n_threads < 1) n_threads = 1;
+    /* a tile of rows at a time: its logits stay in cache for the row pass */
+    int64_t tile = (int64_t)(AFL_PREDICT_TILE_BYTES / sizeof(float)) / BC;
+    if (tile < 64) tile = 64;
+    if (tile > n) tile = n;
+    float *Z = (float *)malloc((size_t)(tile * BC) * sizeof(float));
+    double *work = (double *)malloc((size_t)(n_threads * (C + 2) * bp) * sizeof(double));
+    int32_t *am = (int32_t *)malloc((size_t)(n_threads * bp) * sizeof(int32_t));
+    int rc = (Z && work && am) ? 0 : -1;
+    for (int64_t r0 = 0; r0 < n && rc == 0; r0 += tile) {
+        const int64_t r1 = r0 + tile < n ? r0 + tile : n;
+        rc = afl_sgemm(0, r1 - r0, BC, D, X + r0 * ldx, ldx, W, BC, Z, NULL, BC, 0, col_blocks,
+                       ncb, n_threads);
+        if (rc != 0) break;
+        const int64_t nblk = (r1 - r0 + 63) / 64;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(n_threads) schedule(static)
+#endif
+        for (int64_t b = 0; b < nblk; b++) {
+            const int64_t i0 = r0 + b * 64, i1 = i0 + 64 < r1 ? i0 + 64 : r1;
+            const int t = omp_get_thread_num();
+            afl_rows.predict_rows(i0, i1, B, C, Z + (i0 - r0) * BC, BC, y, heldout, seen, correct,
+                                  prob_label, proba_sum, work + t * (C + 2) * bp, am + t * bp);
+        }
+    }
+    free(Z);
+    free(work);
+    free(am);
+    return rc;
 }

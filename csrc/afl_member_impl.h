@@ -7,43 +7,7 @@
 
 typedef float AFL_F(mvf_t) __attribute__((vector_size(AFL_VL * 4), aligned(4)));
 
-/* w[j] = exp(w[j]) for w[j] <= 0 (logit minus the row's largest logit).  exp(x) = 2^k exp(r),
- * x = k ln2 + r, |r| <= ln2 / 2; exp(r) by its Taylor polynomial of degree 13 (truncation
- * below 1e-17 relative): a vectorisable double exp, accurate to a few units in the last
- * place, so the objective keeps double precision and the line search sees the same
- * decreases as with libm. */
-static void AFL_F(exp_nonpositive)(double *restrict w, int64_t n)
-{
-    const double log2e = 1.4426950408889634, ln2_hi = 6.93147180369123816490e-01,
-                 ln2_lo = 1.90821492927058770002e-10, shifter = 0x1.8p52;
-    for (int64_t j = 0; j < n; j++) {
-        double x = w[j];
-        x = x < -708.0 ? -708.0 : x;          /* exp(-708) ~ 3e-308 still normal */
-        double kd = x * log2e + shifter;       /* round to nearest integer, k in the low bits */
-        uint64_t kbits;
-        __builtin_memcpy(&kbits, &kd, 8);
-        kd -= shifter;
-        double r = (x - kd * ln2_hi) - kd * ln2_lo;
-        double p = 1.0 / 6227020800.0;
-        p = p * r + 1.0 / 479001600.0;
-        p = p * r + 1.0 / 39916800.0;
-        p = p * r + 1.0 / 3628800.0;
-        p = p * r + 1.0 / 362880.0;
-        p = p * r + 1.0 / 40320.0;
-        p = p * r + 1.0 / 5040.0;
-        p = p * r + 1.0 / 720.0;
-        p = p * r + 1.0 / 120.0;
-        p = p * r + 1.0 / 24.0;
-        p = p * r + 1.0 / 6.0;
-        p = p * r + 0.5;
-        p = p * r + 1.0;
-        p = p * r + 1.0;
-        uint64_t sbits = (kbits + 1023u) << 52;  /* 2^k: k + 1023 in the exponent field */
-        double scale;
-        __builtin_memcpy(&scale, &sbits, 8);
-        w[j] = p * scale;
-    }
-}
+#include "afl_exp_impl.h"
 
 /* The first n < VL floats of p, zeros in the other lanes; never reads past p + n. */
 static inline __attribute__((always_inline)) AFL_F(mvf_t) AFL_F(load_part)(const float *p, int n)
@@ -315,6 +279,69 @@ static void AFL_F(model_block)(const afl_member_set *s, int64_t rb, int64_t j, c
                       : AFL_F(generic_rows)(s, q, w->Z, w->yl, scale, w->R, w->zb, w->work);
     AFL_F(grad_add)(s->X, s->ldx, D, s->Dp, rows, q, w->R, C, part);
     part[(int64_t)C * s->Dp] += loss;
+}
+
+/* Prediction of rows i0 <= i < i1 from their logits Z (row i at Z + (i - i0) * ldz; class c of
+ * model j at c * B + j, class-major so every step is a loop over the models): where
+ * heldout[i * B + j], seen[i] += 1, correct[i] += (arg max == y[i]) (lowest class on ties),
+ * prob_label[i] += p_{y[i]} (y[i] >= 0), proba_sum[i * C + c] += p_c (when not NULL); sums over
+ * the models in model order.  work: (C + 2) * afl_member_pad(B) doubles, am: B ints. */
+static void AFL_F(predict_rows)(int64_t i0, int64_t i1, int64_t B, int C, const float *Z,
+                                int64_t ldz, const int32_t *y, const uint8_t *heldout,
+                                int32_t *seen, int32_t *correct, double *prob_label,
+                                double *proba_sum, double *work, int32_t *am)
+{
+    const int64_t bp = afl_member_pad(B);
+    double *e = work, *mx = e + C * bp, *inv = mx + bp;
+    for (int64_t j = 0; j < (C + 2) * bp; j++) work[j] = 0.0;
+    for (int64_t i = i0; i < i1; i++) {
+        const float *z = Z + (i - i0) * ldz;
+        const uint8_t *h = heldout + i * B;
+        const int yi = y[i];
+        for (int c = 0; c < C; c++) {
+            AFL_IVDEP
+            for (int64_t j = 0; j < B; j++) e[c * bp + j] = (double)z[c * B + j];
+            for (int64_t j = B; j < bp; j++) e[c * bp + j] = 0.0;  /* pads: exp(0), harmless */
+        }
+        AFL_IVDEP
+        for (int64_t j = 0; j < B; j++) { mx[j] = e[j]; am[j] = 0; }
+        for (int c = 1; c < C; c++) {
+            AFL_IVDEP
+            for (int64_t j = 0; j < B; j++) {
+                int gt = e[c * bp + j] > mx[j];
+                mx[j] = gt ? e[c * bp + j] : mx[j];
+                am[j] = gt ? c : am[j];
+            }
+        }
+        for (int c = 0; c < C; c++) {
+            AFL_IVDEP
+            for (int64_t j = 0; j < bp; j++) e[c * bp + j] -= mx[j];
+        }
+        AFL_F(exp_nonpositive)(e, C * bp);
+        AFL_IVDEP
+        for (int64_t j = 0; j < bp; j++) inv[j] = e[j];
+        for (int c = 1; c < C; c++) {
+            AFL_IVDEP
+            for (int64_t j = 0; j < bp; j++) inv[j] += e[c * bp + j];
+        }
+        AFL_IVDEP
+        for (int64_t j = 0; j < bp; j++) inv[j] = 1.0 / inv[j];
+        int32_t n_seen = 0, n_correct = 0;
+        double pl = 0.0;
+        for (int64_t j = 0; j < B; j++) {
+            if (!h[j]) continue;
+            n_seen += 1;
+            if (yi >= 0) {
+                n_correct += am[j] == yi;
+                pl += e[yi * bp + j] * inv[j];
+            }
+            if (proba_sum)
+                for (int c = 0; c < C; c++) proba_sum[i * C + c] += e[c * bp + j] * inv[j];
+        }
+        seen[i] += n_seen;
+        correct[i] += n_correct;
+        if (yi >= 0) prob_label[i] += pl;
+    }
 }
 
 #undef AFL_F

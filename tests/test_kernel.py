@@ -207,7 +207,7 @@ def test_predict_accumulate_matches_numpy(seed, make_problem):
     ref_proba = np.zeros((n, C))
     margin = np.full(n, np.inf)
     for j in range(B):
-        P = _softmax(Xa.astype(np.float64) @ Wd[:, j * C:(j + 1) * C])
+        P = _softmax(Xa.astype(np.float64) @ Wd[:, j::B])  # class-major: column c * B + j
         h = heldout[:, j].astype(bool)
         ref_correct += h * (P.argmax(axis=1) == y)
         ref_prob += h * P[np.arange(n), y]
