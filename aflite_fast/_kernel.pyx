@@ -75,10 +75,11 @@ cdef extern from "afl_member.h" nogil:
                         const float *W, const double *scale, double *loss, double *grad,
                         int n_threads)
     void afl_member_init()
+    unsigned AFL_PREDICT_TILE_BYTES
     int afl_predict(int64_t n, int64_t D, const float *X, int64_t ldx, int64_t B, int C,
                     const float *W, const int64_t *col_blocks, int64_t ncb, const int32_t *y,
                     const uint8_t *heldout, int32_t *seen, int32_t *correct, double *prob_label,
-                    double *proba_sum, int n_threads)
+                    double *proba_sum, int64_t tile, int n_threads)
 
 cdef enum:
     ST_INIT = 0      # needs its first evaluation at the starting point
@@ -366,6 +367,11 @@ def member_index(const uint8_t[:, ::1] member,      # IN  (n, B) 1 where row i t
     with nogil:
         afl_member_index(n, B, &member[0, 0], nrb, &row_blocks[0], &mptr[0, 0],
                          &mrows[0] if mrows.shape[0] > 0 else NULL)
+
+
+def predict_tile_bytes():
+    """Bytes of the tile of logits one prediction call holds."""
+    return int(AFL_PREDICT_TILE_BYTES)
 
 
 def member_width(int64_t D):
@@ -698,8 +704,9 @@ def predict_accumulate(const float[:, :] X,          # IN  (n, D) rows with a tr
                        int32_t[::1] correct,          # IN/OUT (n,) correct held-out predictions
                        double[::1] prob_label,        # IN/OUT (n,) summed probability of the label
                        double[:, ::1] proba_sum,      # IN/OUT (n, C) summed probabilities, or (0, C)
-                       int n_threads):
-    """Predict rows with every model that holds them out and accumulate the counts."""
+                       int n_threads, int64_t tile_rows=0):
+    """Predict rows with every model that holds them out and accumulate the counts; the logits
+    of ``tile_rows`` rows at a time (0: predict_tile_bytes() of them)."""
     cdef int64_t n = X.shape[0], D = X.shape[1], B = heldout.shape[1]
     cdef int C = n_classes
     cdef int rc = 0
@@ -715,6 +722,7 @@ def predict_accumulate(const float[:, :] X,          # IN  (n, D) rows with a tr
     with nogil:
         rc = afl_predict(n, D, &X[0, 0], ldx, B, C, &W[0, 0], &col_blocks[0],
                          col_blocks.shape[0] - 1, &y[0], &heldout[0, 0], &seen[0], &correct[0],
-                         &prob_label[0], &proba_sum[0, 0] if want_proba else NULL, n_threads)
+                         &prob_label[0], &proba_sum[0, 0] if want_proba else NULL, tile_rows,
+                         n_threads)
     if rc != 0:
         raise MemoryError("predict_accumulate: could not allocate scratch memory")

@@ -74,29 +74,59 @@ def kernel_C(C, n_classes):
     return C / 2.0 if n_classes == 2 else C
 
 
-def training_bytes(n_rows, n_models, n_features, n_classes, history):
+def training_bytes(n_rows, n_models, n_features, n_classes, history, n_member=None, n_threads=1):
     """Scratch bytes of one kernel call training ``n_models`` models on ``n_rows`` rows.
 
-    Per row: the float32 rows with their ones column, the float32 logits of every model, the
-    membership mask, and the row indices, positions and label codes gathered for the block.
-    Per model: the L-BFGS state (``2 * history + 4`` vectors), the block's coefficients and
-    the transposed weights, gradient and (narrow products) running sums of the batched GEMM.
-    Per call: the GEMM's buffer of packed operands (the larger of the two products').
+    Per row: the float32 rows with their ones column (padded to the kernel's aligned stride),
+    the membership mask, and the row indices, positions and label codes gathered for the
+    block.  Per membership (``n_member``, at most ``n_rows * n_models``): its row in the
+    per-model row lists.  Per model: the L-BFGS state (``2 * history + 4`` vectors), the
+    block's coefficients, the class-major float32 weights and double gradient of the member
+    pass, one double partial sum per thread, the preconditioner product's operand and result,
+    and the row-block offsets.  Per call: the GEMM's packing buffer of that product.
     """
     D = n_features + 1
+    Dp = _kernel.member_width(D)
     P = D * n_classes
-    rows = n_rows * (D * 4 + n_models * n_classes * 4 + n_models + 24)
-    solver = n_models * P * 8 * (2 * history + 6) + D * n_models * n_classes * 20
-    N = n_models * n_classes
-    pack = max(_kernel.gemm_pack_buffer_bytes(False, N, D, kernel.COL_BLOCK),
-               _kernel.gemm_pack_buffer_bytes(True, N, n_rows, kernel.ROW_BLOCK))
+    Pp = Dp * n_classes
+    if n_member is None:
+        n_member = n_rows * n_models
+    rows = n_rows * (Dp * 4 + n_models + 24) + 4 * n_member
+    solver = (n_models * P * 8 * (2 * history + 5) + n_models * Pp * (4 + 8)
+              + max(1, n_threads) * n_models * (Pp + 1) * 8 + n_models * P * 2 * (4 + 8)
+              + n_models * (n_rows // kernel.ROW_BLOCK + 2) * 8)
+    pack = _kernel.gemm_pack_buffer_bytes(False, 2 * n_models * n_classes, D, kernel.COL_BLOCK)
     return rows + solver + pack
 
 
 def prediction_row_bytes(n_features, n_models, n_classes, with_proba=False):
-    """Bytes per row of a prediction chunk: float32 rows, logits of all models, held-out mask,
-    label codes (and nothing for ``proba_sum``, which the caller owns)."""
-    return (n_features + 1) * 4 + n_models * n_classes * 4 + n_models + 16
+    """Bytes per row of a prediction chunk: float32 rows (padded stride), the float32 logits
+    of every model (held a tile at a time, never more rows than the chunk), held-out mask
+    and label codes (and nothing for ``proba_sum``, which the caller owns)."""
+    return _kernel.member_width(n_features + 1) * 4 + n_models * n_classes * 4 + n_models + 16
+
+
+def prediction_fixed_bytes(n_models, n_classes, n_features):
+    """Bytes of one prediction call that do not grow with its rows: the GEMM's packing
+    buffer."""
+    return _kernel.gemm_pack_buffer_bytes(False, n_models * n_classes, n_features + 1,
+                                          kernel.COL_BLOCK)
+
+
+def preconditioner_chunk_rows(budget, n_features):
+    """Rows of the preconditioner's sample read at a time: a multiple of the kernel's row
+    block that fits an eighth of ``budget`` (at least one block).  Changes no result."""
+    rows = budget // (8 * 4 * (n_features + 1))
+    return int(max(1, rows // kernel.ROW_BLOCK) * kernel.ROW_BLOCK)
+
+
+def preconditioner_bytes(n_active, n_features, budget):
+    """Bytes of the phase's preconditioner: one chunk of the float32 sample of rows it is
+    estimated from (:func:`preconditioner_chunk_rows`), its double Gram matrix (factorised
+    and inverted in place), a double and two float32 temporaries of its size."""
+    D = n_features + 1
+    n_sample = kernel.preconditioner_sample(n_active, D).size
+    return min(n_sample, preconditioner_chunk_rows(budget, n_features)) * D * 4 + D * D * (8 + 8 + 4 + 4)
 
 
 def gather_chunk_bytes(budget):
@@ -114,18 +144,22 @@ def phase_overhead_bytes(n_rows, n_active, n_models, train_size, n_features, n_c
     temporaries (3 bytes), ``proba_sum`` when asked for (8 bytes per class).  Caller (the
     AFLite loop), per row of X: label codes, active indices, scores and their temporaries
     (about 48 bytes).  Training positions (8 bytes each), the models in float64 (twice: the
-    phase's and the warm start) and float32 (the prediction operand), and the gather buffer
-    (:func:`gather_chunk_bytes` of ``budget``).
+    phase's and the warm start) and float32 (the prediction operand), the fixed part of
+    prediction (:func:`prediction_fixed_bytes`) and the gather buffer
+    (:func:`gather_chunk_bytes` of ``budget``).  The preconditioner
+    (:func:`preconditioner_bytes`) is built and its sample freed before any block is trained,
+    so it needs the rest of the budget only for that moment.
     """
     D = n_features + 1
     per_active = n_models + 16 + 3 + (8 * n_classes if with_proba else 0)
     per_row = 48
     models = n_models * D * n_classes * (8 * 2 + 4)
     return (n_active * per_active + n_rows * per_row + n_models * train_size * 8 + models
+            + prediction_fixed_bytes(n_models, n_classes, n_features)
             + (GATHER_CHUNK_BYTES if budget is None else gather_chunk_bytes(budget)))
 
 
-def plan_blocks(member, budget, n_features, n_classes, history, overhead=0):
+def plan_blocks(member, budget, n_features, n_classes, history, overhead=0, n_threads=1):
     """Group partitions (columns of ``member``) into blocks whose training rows fit ``budget``.
 
     Greedy in partition order; the grouping changes speed and memory, never results.
@@ -140,17 +174,19 @@ def plan_blocks(member, budget, n_features, n_classes, history, overhead=0):
     n, m = member.shape
     blocks, current = [], []
     in_union = np.zeros(n, dtype=bool)
-    count = 0
+    count = n_member = 0
     for j in range(m):
         col = member[:, j].view(bool)
+        n_col = int(np.count_nonzero(col))
         new_count = count + int(np.count_nonzero(col & ~in_union))
-        need = training_bytes(new_count, len(current) + 1, n_features, n_classes, history)
+        need = training_bytes(new_count, len(current) + 1, n_features, n_classes, history,
+                              n_member + n_col, n_threads)
         if current and need > budget:
             blocks.append(current)
-            current, count = [], 0
+            current, count, n_member = [], 0, 0
             in_union[:] = False
-            new_count = int(np.count_nonzero(col))
-            need = training_bytes(new_count, 1, n_features, n_classes, history)
+            new_count = n_col
+            need = training_bytes(new_count, 1, n_features, n_classes, history, n_col, n_threads)
         if need > budget:
             raise MemoryError(
                 f"max_memory={(budget + overhead) / 1e9:.3g} GB is too small to train one partition: "
@@ -159,21 +195,26 @@ def plan_blocks(member, budget, n_features, n_classes, history, overhead=0):
         current.append(j)
         in_union |= col
         count = new_count
+        n_member += n_col
     if current:
         blocks.append(current)
     return blocks
 
 
-def phase_preconditioner(read_rows, active, n_features, n_classes, kernel_C, train_size, n_threads):
+def phase_preconditioner(read_rows, active, n_features, n_classes, kernel_C, train_size, n_threads,
+                         chunk_rows=None):
     """The solver's initial inverse Hessian shared by every partition of a phase.
 
     Estimated from rows spread evenly over the active set (:func:`kernel.preconditioner_sample`),
     so it is a function of the active set alone and no model depends on its block or on the
-    backend.  ``read_rows(rows)`` returns the augmented float32 rows ``rows`` (C-contiguous);
-    the L2 weight is the one of a partition of ``train_size`` rows.
+    backend.  ``read_rows(rows)`` returns the augmented float32 rows ``rows`` (C-contiguous),
+    asked for ``chunk_rows`` at a time (a multiple of ``kernel.ROW_BLOCK``; default all at
+    once); the L2 weight is the one of a partition of ``train_size`` rows.
     """
     sample = active[kernel.preconditioner_sample(active.size, n_features + 1)]
-    return kernel.preconditioner(read_rows(sample), n_classes, 1.0 / (kernel_C * train_size), n_threads)
+    step = sample.size if chunk_rows is None else max(1, int(chunk_rows))
+    chunks = (read_rows(sample[i:i + step]) for i in range(0, sample.size, step))
+    return kernel.preconditioner(chunks, n_classes, 1.0 / (kernel_C * train_size), n_threads)
 
 
 @dataclass
@@ -242,7 +283,7 @@ def score_phase(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="
             "raise max_memory or lower n_partitions")
     budget -= overhead
     member = membership_matrix(train_pos, n_active, np.empty((n_active, m), dtype=np.uint8))
-    blocks = plan_blocks(member, budget, d, n_classes, options.history, overhead)
+    blocks = plan_blocks(member, budget, d, n_classes, options.history, overhead, n_threads)
     coef = (np.zeros((m, D, n_classes)) if warm_coef is None else np.array(warm_coef, dtype=np.float64))
     n_iter = np.zeros(m, dtype=np.int32)
     status = np.zeros(m, dtype=np.int32)
@@ -251,13 +292,20 @@ def score_phase(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="
     t0 = time.perf_counter()
     precond = None
     if options.precondition:
+        need = preconditioner_bytes(n_active, d, budget)
+        if need > budget:
+            raise MemoryError(
+                f"max_memory={(budget + overhead) / 1e9:.3g} GB is too small for the solver's "
+                f"preconditioner ({need / 1e9:.3g} GB on top of {overhead / 1e9:.3g} GB of per-row "
+                "arrays); raise max_memory")
         r0 = time.perf_counter()
         precond = phase_preconditioner(
             lambda rows: gather_rows(X, rows, center, np.empty((rows.size, D), dtype=np.float32),
                                      gather_bytes),
-            active, d, n_classes, Ck, t, n_threads)
+            active, d, n_classes, Ck, t, n_threads, preconditioner_chunk_rows(budget, d))
         read_seconds += time.perf_counter() - r0
     in_block = np.empty(n_active, dtype=bool)
+    Xa_all = None
     for block in blocks:
         # union of the block's training rows, without an n_active x len(block) copy of member
         in_block[:] = False
@@ -277,6 +325,10 @@ def score_phase(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="
         coef[block] = coef_b
         n_iter[block] = info["n_iter"]
         status[block] = info["status"]
+        if len(blocks) == 1 and union.size == n_active:
+            # one block trained on every active row (usual with 64 partitions): predict from
+            # the rows already gathered instead of reading X again
+            Xa_all = Xa
         del Xa, bm, rows, union, coef_b
         if on_block is not None:
             on_block()
@@ -291,10 +343,13 @@ def score_phase(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="
     chunk = int(max(16, min(n_active, budget // per_row)))
     for s0 in range(0, n_active, chunk):
         s1 = min(n_active, s0 + chunk)
-        r0 = time.perf_counter()
-        Xa = gather_rows(X, active[s0:s1], center, kernel.empty_rows(s1 - s0, D),
-                         gather_bytes)
-        read_seconds += time.perf_counter() - r0
+        if Xa_all is not None:
+            Xa = Xa_all[s0:s1]
+        else:
+            r0 = time.perf_counter()
+            Xa = gather_rows(X, active[s0:s1], center, kernel.empty_rows(s1 - s0, D),
+                             gather_bytes)
+            read_seconds += time.perf_counter() - r0
         heldout = np.subtract(1, member[s0:s1], dtype=np.uint8)
         kernel.predict_accumulate(
             Xa, codes[active[s0:s1]], heldout, W, n_classes, seen[s0:s1], correct[s0:s1],
@@ -302,6 +357,7 @@ def score_phase(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="
         del Xa, heldout
         if on_block is not None:
             on_block()
+    del Xa_all
     t2 = time.perf_counter()
     return PhaseScores(seen=seen, correct=correct, prob_label=prob_label, coef=coef, n_iter=n_iter,
                        status=status, n_blocks=len(blocks),

@@ -9,7 +9,7 @@ shared initial inverse Hessian of the solver from a sample of the rows.
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.linalg
+import scipy.linalg.lapack
 from threadpoolctl import threadpool_limits
 
 try:
@@ -35,7 +35,7 @@ SUPER_BLOCK_BYTES = 8 << 20
 #: Rows of the sample a preconditioner is estimated from: this many per column, at least
 #: :data:`PRECOND_MIN_ROWS` (all rows when there are fewer).
 PRECOND_ROWS_PER_COLUMN = 16
-PRECOND_MIN_ROWS = 8192
+PRECOND_MIN_ROWS = 2048
 STATUS_NAMES = {
     _kernel.STATUS_CONVERGED: "converged",
     _kernel.STATUS_MAX_ITER: "max_iter",
@@ -82,20 +82,24 @@ def preconditioner_sample(n_rows, n_columns):
     return (np.arange(n_sample, dtype=np.int64) * int(n_rows)) // max(n_sample, 1)
 
 
-def preconditioner(Xs, n_classes, l2, n_threads=1):
-    """Initial inverse Hessian H0 (D x D, float32) of the L-BFGS solver for augmented rows ``Xs``.
+def preconditioner(rows, n_classes, l2, n_threads=1):
+    """Initial inverse Hessian H0 (D x D, float32) of the L-BFGS solver from augmented rows.
 
-    ``H0 = (s * Xs'Xs / n + l2 * I)^-1`` with ``s = (C - 1) / C^2``, the curvature of the
-    softmax at uniform probabilities: the Hessian of the objective at the start, per class,
-    without its coupling across classes.  Embedding features are correlated and their
-    variances span orders of magnitude, so plain L-BFGS (H0 = identity) takes tens to hundreds
-    of steps; with H0 the solver sees roughly whitened features.  It changes the path of the
-    solver, never its optimum (the stopping rule is on the gradient of the original problem).
+    ``H0 = (s * X'X / n + l2 * I)^-1`` over the n rows given, with ``s = (C - 1) / C^2`` the
+    curvature of the softmax at uniform probabilities: the Hessian of the objective at the
+    start, per class, without its coupling across classes.  Embedding features are
+    correlated and their variances span orders of magnitude, so plain L-BFGS (H0 = identity)
+    takes tens to hundreds of steps; with H0 the solver sees roughly whitened features.  It
+    changes the path of the solver, never its optimum (the stopping rule is on the gradient
+    of the original problem).
 
     Parameters
     ----------
-    Xs : ndarray (n, D), float32
-        A sample of the augmented rows (see :func:`preconditioner_sample`).
+    rows : ndarray (n, D) float32, or an iterable of such arrays
+        A sample of the augmented rows (see :func:`preconditioner_sample`), whole or in
+        chunks; every chunk but the last must hold a multiple of :data:`ROW_BLOCK` rows, so
+        the sums (float32 within blocks of ROW_BLOCK rows, added in double) and the result do
+        not depend on the chunking.
     n_classes : int
     l2 : float
         L2 weight of the objective (``1 / (C * n_rows)``), which bounds H0 where the rows have
@@ -106,27 +110,44 @@ def preconditioner(Xs, n_classes, l2, n_threads=1):
     -------
     ndarray (D, D), float32, symmetric
     """
-    Xs = np.ascontiguousarray(Xs, dtype=np.float32)
-    n, D = Xs.shape
+    chunks = [rows] if isinstance(rows, np.ndarray) else rows
+    gram, n = None, 0
+    for chunk in chunks:
+        chunk = np.ascontiguousarray(chunk, dtype=np.float32)
+        if n % ROW_BLOCK:
+            raise ValueError(f"every chunk of rows but the last must hold a multiple of {ROW_BLOCK} rows")
+        if gram is None:
+            gram = np.zeros((chunk.shape[1], chunk.shape[1]), dtype=np.float64)
+        if chunk.shape[0]:
+            with limit_blas_threads():
+                _kernel.sgemm_double(True, chunk, chunk, gram, block_bounds(chunk.shape[0], ROW_BLOCK),
+                                     n > 0, n_threads)
+        n += chunk.shape[0]
+    if gram is None:
+        raise ValueError("preconditioner: no rows given")
+    D = gram.shape[0]
     if n == 0:
         return np.eye(D, dtype=np.float32)
-    # Xs'Xs with the deterministic GEMM (float32 sums within blocks of rows, added in double)
-    gram = np.empty((D, D), dtype=np.float64)
-    with limit_blas_threads():
-        _kernel.sgemm_double(True, Xs, Xs, gram, block_bounds(n, ROW_BLOCK), False, n_threads)
     s = (n_classes - 1) / float(n_classes) ** 2
-    M = gram * (s / n)
-    M = 0.5 * (M + M.T)
+    M = gram
+    M *= s / n
     scale = float(np.trace(M)) / D
     # the L2 weight, and a floor relative to the rows' scale so that H0 stays well defined
     # in float32 where a feature is constant
     M[np.diag_indices(D)] += max(float(l2), 1e-7 * scale) if scale > 0 else 1.0
-    # one BLAS thread: LAPACK's result must not depend on the thread count
+    # the inverse from the Cholesky factor, in place (one D x D double at a time); one BLAS
+    # thread, so that LAPACK's result does not depend on the thread count
     with threadpool_limits(limits=1):
-        L = np.linalg.cholesky(M)
-        Linv = scipy.linalg.solve_triangular(L, np.eye(D), lower=True, check_finite=False)
-        H0 = Linv.T @ Linv
-    return np.ascontiguousarray(0.5 * (H0 + H0.T), dtype=np.float32)
+        factor, info = scipy.linalg.lapack.dpotrf(M, lower=1, overwrite_a=1)
+        if info != 0:
+            raise ValueError("preconditioner: the rows' second-moment matrix is not positive definite")
+        inv, info = scipy.linalg.lapack.dpotri(factor, lower=1, overwrite_c=1)
+        if info != 0:
+            raise ValueError("preconditioner: could not invert the second-moment matrix")
+    # dpotri fills the lower triangle: mirror it
+    H0 = np.tril(inv).astype(np.float32)
+    H0 += np.tril(H0, -1).T
+    return H0
 
 
 def super_blocks(positions, row_blocks, n_columns):
@@ -310,9 +331,17 @@ def stack_weights(coef):
     return np.ascontiguousarray(coef.transpose(1, 2, 0).reshape(D, C * B), dtype=np.float32)
 
 
+def predict_tile_rows(n_models, n_classes):
+    """Rows whose logits one prediction tile holds (``_kernel.predict_tile_bytes()`` of them)."""
+    return max(1, _kernel.predict_tile_bytes() // (4 * n_models * n_classes))
+
+
 def predict_accumulate(Xa, y, heldout, W, n_classes, seen, correct, prob_label,
                        proba_sum=None, n_threads=1):
-    """Accumulate held-out predictions of the models in ``W`` (see ``stack_weights``)."""
+    """Accumulate held-out predictions of the models in ``W`` (see ``stack_weights``).
+
+    Logits are computed a tile of :func:`predict_tile_rows` rows at a time, at most the rows
+    given, so a call's scratch grows with its rows up to a fixed cap."""
     if proba_sum is None:
         proba_sum = np.empty((0, n_classes), dtype=np.float64)
     with limit_blas_threads():

@@ -146,7 +146,8 @@ def _overhead_bytes(n, n_models, D, n_classes, budget):
     float32 prediction operand) and the gather buffer."""
     per_row = 2 * n_models + 4 + 16 + n_classes * (8 + 4 + 8)
     models = n_models * D * n_classes * (8 + 4)
-    return n * per_row + models + engine.gather_chunk_bytes(budget)
+    return (n * per_row + models + engine.gather_chunk_bytes(budget)
+            + engine.prediction_fixed_bytes(n_models, n_classes, D - 1))
 
 
 def _fit_predict_subsets(X, codes, center, member, heldout, *, n_classes, C, loss, options,
@@ -166,7 +167,7 @@ def _fit_predict_subsets(X, codes, center, member, heldout, *, n_classes, C, los
             f"max_memory={budget / 1e9:.3g} GB does not cover the per-row arrays "
             f"({overhead / 1e9:.3g} GB for {n} rows and {K} models); raise max_memory")
     budget -= overhead
-    blocks = engine.plan_blocks(member, budget, d, n_classes, options.history, overhead)
+    blocks = engine.plan_blocks(member, budget, d, n_classes, options.history, overhead, n_threads)
     coef = np.zeros((K, D, n_classes))
     n_iter = np.zeros(K, dtype=np.int32)
     status = np.zeros(K, dtype=np.int32)

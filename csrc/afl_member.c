@@ -207,15 +207,15 @@ int afl_member_eval(const afl_member_set *s, int64_t nA, const int64_t *active,
 int afl_predict(int64_t n, int64_t D, const float *X, int64_t ldx, int64_t B, int C,
                 const float *W, const int64_t *col_blocks, int64_t ncb, const int32_t *y,
                 const uint8_t *heldout, int32_t *seen, int32_t *correct, double *prob_label,
-                double *proba_sum, int n_threads)
+                double *proba_sum, int64_t tile, int n_threads)
 {
     const int64_t BC = B * (int64_t)C, bp = afl_member_pad(B);
     if (n <= 0 || B <= 0) return 0;
     afl_member_init();
     if (n_threads < 1) n_threads = 1;
     /* a tile of rows at a time: its logits stay in cache for the row pass */
-    int64_t tile = (int64_t)(AFL_PREDICT_TILE_BYTES / sizeof(float)) / BC;
-    if (tile < 64) tile = 64;
+    if (tile <= 0) tile = (int64_t)(AFL_PREDICT_TILE_BYTES / sizeof(float)) / BC;
+    if (tile < 1) tile = 1;
     if (tile > n) tile = n;
     float *Z = (float *)malloc((size_t)(tile * BC) * sizeof(float));
     double *work = (double *)malloc((size_t)(n_threads * (C + 2) * bp) * sizeof(double));

@@ -82,19 +82,20 @@ const char *afl_member_isa(void);
 /* Pick the instruction set of the row passes (call once before any thread may use them). */
 void afl_member_init(void);
 
-/* Bytes of logits a prediction tile holds (they are consumed while in cache). */
+/* Bytes of logits a prediction tile holds by default (they are consumed while in cache). */
 #define AFL_PREDICT_TILE_BYTES (4u << 20)
 
 /* Held-out predictions of B models on n rows (stride ldx), W the D x (C * B) class-major
  * weights (column c * B + j: class c of model j): where heldout[i * B + j], seen[i] += 1,
  * correct[i] += (arg max == y[i]) (lowest class on ties; y[i] < 0: no label), prob_label[i] +=
  * p_{y[i]}, proba_sum[i * C + c] += p_c (when not NULL).  Logits: the deterministic GEMM with
- * K-blocks col_blocks; softmax in double; sums over models in model order.  Returns 0, or -1
- * if scratch memory could not be allocated. */
+ * K-blocks col_blocks, `tile` rows at a time (<= 0: AFL_PREDICT_TILE_BYTES of logits);
+ * softmax in double; sums over models in model order.  Returns 0, or -1 if scratch memory
+ * could not be allocated. */
 int afl_predict(int64_t n, int64_t D, const float *X, int64_t ldx, int64_t B, int C,
                 const float *W, const int64_t *col_blocks, int64_t ncb, const int32_t *y,
                 const uint8_t *heldout, int32_t *seen, int32_t *correct, double *prob_label,
-                double *proba_sum, int n_threads);
+                double *proba_sum, int64_t tile, int n_threads);
 
 #ifdef __cplusplus
 }

@@ -13,13 +13,14 @@ import pytest
 from aflite_fast import aflite, engine
 from aflite_fast.data import gather_rows
 
-N, D_FEAT = 3000, 128
-KW = dict(target_size=2550, n_partitions=6, train_size=200, slice_size=150, tau=0.6,
+N, D_FEAT = 8000, 128
+KW = dict(target_size=7550, n_partitions=6, train_size=400, slice_size=150, tau=0.6,
           progress=False, n_jobs=1)
-# bytes: the float32 file is 1.5 MB, the float16 file 0.77 MB; about 0.26 MB of the budget
-# goes to the per-row arrays, one partition's training needs about 0.221 MB more (rows, solver
-# state and the GEMM's packing buffer).
-SMALL = 510_000
+# bytes: the float32 file is 4.1 MB, the float16 file 2 MB; about 0.68 MB of the budget goes
+# to the per-row arrays, one partition's training needs about 0.35 MB more (rows, solver
+# state, the preconditioner product's packing buffer) and two about 0.73 MB; the solver's
+# preconditioner needs about 0.53 MB for a moment before training (engine.preconditioner_bytes).
+SMALL = 1_300_000
 
 
 @pytest.fixture
@@ -72,17 +73,20 @@ def test_npy_path_matches_ndarray(problem, tmp_path, seed):
     path = tmp_path / "emb.npy"
     np.save(path, X)
     _same(aflite(X, y, random_state=seed, **KW),
-          aflite(str(path), y, max_memory="1MB", random_state=seed, **KW))
+          aflite(str(path), y, max_memory="2MB", random_state=seed, **KW))
 
 
 def test_budget_below_one_partition_is_memory_error(problem, readonly_memmap, seed):
     X, y = problem
     mm = readonly_memmap(X)
-    # covers the per-row arrays (about 0.26 MB here) but not one partition's 200 rows + solver
+    # covers the per-row arrays (about 0.68 MB here) but not one partition's 400 rows + solver
     with pytest.raises(MemoryError, match="too small to train one partition"):
-        aflite(mm, y, max_memory=300_000, random_state=seed, **KW)
+        aflite(mm, y, max_memory=900_000, random_state=seed, **KW)
+    # covers one partition but not the preconditioner's moment (about 1.35 MB with the arrays)
+    with pytest.raises(MemoryError, match="too small for the solver's preconditioner"):
+        aflite(mm, y, max_memory=1_100_000, random_state=seed, **KW)
     with pytest.raises(MemoryError, match="per-row arrays"):
-        aflite(mm, y, max_memory=100_000, random_state=seed, **KW)
+        aflite(mm, y, max_memory=300_000, random_state=seed, **KW)
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
