@@ -62,7 +62,8 @@ def test_memmap_small_budget_matches_in_memory(problem, readonly_memmap, phase_l
     phase_log.clear()
     out = aflite(mm, y, max_memory=SMALL, random_state=seed, **KW)
     assert len(out.history) >= 2 and out.removed.size > 0
-    assert all(b == 1 and c == 1 for b, c in ref_log)
+    # one block; prediction in one chunk of the block's gathered rows plus one of the others
+    assert all(b == 1 and c <= 2 for b, c in ref_log)
     # the small budget really splits the work
     assert all(b == 6 and c >= 5 for b, c in phase_log), phase_log
     _same(ref, out)
