@@ -477,6 +477,7 @@ def train_block(const float[:, :] X,            # IN  (n, D): rows with a traili
                 int32_t[::1] n_iter,             # OUT (B,) accepted iterations
                 int32_t[::1] status,             # OUT (B,) STATUS_* code
                 double[::1] fval,                # OUT (B,) final objective
+                int32_t[::1] n_eval,             # OUT (B,) evaluations of objective and gradient
                 int n_threads):
     """Train B multinomial logistic regressions on subsets of the same rows (see module doc)."""
     cdef int64_t n = X.shape[0], D = X.shape[1], B = member.shape[1]
@@ -491,7 +492,7 @@ def train_block(const float[:, :] X,            # IN  (n, D): rows with a traili
     if (y.shape[0] != n or member.shape[0] != n or coef.shape[0] != B or coef.shape[1] != P
             or n_rows.shape[0] != B or l2.shape[0] != B or inv_n.shape[0] != B
             or n_iter.shape[0] != B or status.shape[0] != B or fval.shape[0] != B
-            or row_blocks[nrb] != n or col_blocks[ncb] != D or super_blocks[nsb] != nrb
+            or n_eval.shape[0] != B or row_blocks[nrb] != n or col_blocks[ncb] != D or super_blocks[nsb] != nrb
             or (use_pre and (precond.shape[0] != D or precond.shape[1] != D))):
         raise ValueError("train_block: inconsistent shapes")
     if n == 0 or B == 0:
@@ -506,7 +507,7 @@ def train_block(const float[:, :] X,            # IN  (n, D): rows with a traili
                     &precond[0, 0] if use_pre else NULL,
                     &coef[0, 0], &l2[0], &inv_n[0], n, D, B, C, loss_code, params,
                     <afl_user_weight_fn> user_fn, gtol, ftol, max_iter, hist, max_ls,
-                    &n_iter[0], &status[0], &fval[0], n_threads)
+                    &n_iter[0], &status[0], &fval[0], &n_eval[0], n_threads)
     if rc != 0:
         raise MemoryError("train_block: could not allocate scratch memory")
 
@@ -518,7 +519,7 @@ cdef int _train(const float *X, int64_t ldx, const int32_t *y, const uint8_t *me
                 int64_t n, int64_t D, int64_t B, int C, int loss_code, const double *params,
                 afl_user_weight_fn user, double gtol, double ftol, int max_iter, int hist,
                 int max_ls, int32_t *n_iter_out, int32_t *status_out, double *fval_out,
-                int n_threads) noexcept nogil:
+                int32_t *n_eval_out, int n_threads) noexcept nogil:
     cdef int64_t P = D * C, C2 = 2 * C
     cdef int64_t Dp = afl_member_width(D), Pp = Dp * C
     cdef int64_t j, a, b, k, r, c, nA, nN, ncols
@@ -587,6 +588,7 @@ cdef int _train(const float *X, int64_t ldx, const int32_t *y, const uint8_t *me
         ms.params = params
         ms.user = user
         for j in range(B):
+            n_eval_out[j] = 0
             state[j] = ST_INIT
             status[j] = _MAX_ITER
             iters[j] = 0
@@ -604,6 +606,8 @@ cdef int _train(const float *X, int64_t ldx, const int32_t *y, const uint8_t *me
             if nA == 0:
                 break
             # trial points of the active models, in double and as class-major float32 weights
+            for a in range(nA):
+                n_eval_out[active[a]] += 1
             for a in prange(nA, num_threads=n_threads, schedule='static'):
                 j = active[a]
                 for k in range(P):

@@ -223,7 +223,9 @@ class PhaseScores:
 
     ``seconds`` holds wall time of training (``train``) and prediction (``predict``), and of
     the reads of X inside each (``read_train``, ``read_predict``); ``n_blocks`` and
-    ``n_chunks`` count the blocks of partitions and the prediction chunks.
+    ``n_chunks`` count the blocks of partitions and the prediction chunks; ``n_eval`` the
+    evaluations of objective and gradient of each partition's model (None where the backend
+    does not report them).
     """
 
     seen: np.ndarray
@@ -235,6 +237,7 @@ class PhaseScores:
     n_blocks: int
     seconds: dict = field(default_factory=dict)
     n_chunks: int = 1
+    n_eval: np.ndarray = None
 
     @property
     def scores(self):
@@ -287,6 +290,7 @@ def score_phase(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="
     coef = (np.zeros((m, D, n_classes)) if warm_coef is None else np.array(warm_coef, dtype=np.float64))
     n_iter = np.zeros(m, dtype=np.int32)
     status = np.zeros(m, dtype=np.int32)
+    n_eval = np.zeros(m, dtype=np.int32)
     Ck = kernel_C(C, n_classes)
     read_seconds = 0.0
     t0 = time.perf_counter()
@@ -325,6 +329,7 @@ def score_phase(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="
         coef[block] = coef_b
         n_iter[block] = info["n_iter"]
         status[block] = info["status"]
+        n_eval[block] = info["n_eval"]
         if len(blocks) == 1:
             # one block (the usual case): its rows are nearly all the active rows (with 64
             # partitions at t/N = 0.1 all but 0.9^64 of them); predict those from the rows
@@ -376,4 +381,4 @@ def score_phase(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="
                        status=status, n_blocks=len(blocks),
                        seconds={"train": t1 - t0, "predict": t2 - t1, "read_train": train_read,
                                 "read_predict": read_seconds - train_read},
-                       n_chunks=n_chunks)
+                       n_chunks=n_chunks, n_eval=n_eval)

@@ -271,7 +271,8 @@ def train_models(Xa, y, member, n_classes, *, C=1.0, loss="ce", loss_params=None
     Returns
     -------
     coef : ndarray of shape (B, d + 1, n_classes)
-    info : dict with arrays ``n_iter``, ``status`` and ``objective`` (one entry per model)
+    info : dict with arrays ``n_iter`` (accepted steps), ``status``, ``objective`` and
+        ``n_eval`` (evaluations of objective and gradient), one entry per model
     """
     options = options or SolverOptions()
     n, D = Xa.shape
@@ -312,15 +313,16 @@ def train_models(Xa, y, member, n_classes, *, C=1.0, loss="ce", loss_params=None
     n_iter = np.zeros(B, dtype=np.int32)
     status = np.zeros(B, dtype=np.int32)
     fval = np.zeros(B, dtype=np.float64)
+    n_eval = np.zeros(B, dtype=np.int32)
     with limit_blas_threads():
         _kernel.train_block(
             Xa, y, member, n_rows, row_blocks, super_blocks(positions, row_blocks, D),
             block_bounds(D, COL_BLOCK), precond, coef.reshape(B, D * n_classes),
             l2, inv_n, n_classes, spec.code, spec.params, spec.address,
             options.tol, options.ftol, options.max_iter, options.history,
-            options.max_line_search, n_iter, status, fval, n_threads,
+            options.max_line_search, n_iter, status, fval, n_eval, n_threads,
         )
-    return coef, {"n_iter": n_iter, "status": status, "objective": fval}
+    return coef, {"n_iter": n_iter, "status": status, "objective": fval, "n_eval": n_eval}
 
 
 def stack_weights(coef):

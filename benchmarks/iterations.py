@@ -1,0 +1,115 @@
+"""L-BFGS iterations per model with and without the solver's preconditioner, at the same optimum.
+
+Issue 11's second deliverable: one AFLite phase (``engine.score_phase``, the package's own
+partitions) on each data set, once with ``SolverOptions(precondition=False)`` (H0 = identity,
+the solver before the preconditioner) and once with the default preconditioner.  Printed per
+data set: mean / max iterations of the partitions' models, the largest relative difference of
+their final objectives, of their coefficients, and the share of rows whose predictability
+score is the same.  Iteration counts do not depend on the machine's load, so this can run
+anywhere; the wall times printed beside them do.
+
+Data sets: ``benchmarks/skewed_data.py`` (embedding-like: power-law variances, shared offset)
+at t/N = 0.5 and 0.1; scikit-learn's digits (1797 x 64, 10 classes); Fashion-MNIST (a
+10000-row stratified subsample, 784 pixels / 255, 10 classes) when the Debian package
+``dataset-fashion-mnist`` is installed (``apt-get install dataset-fashion-mnist``).
+
+    PYTHONPATH=. python benchmarks/iterations.py [--quick] [--threads 2] [--json out.json]
+"""
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from skewed_data import make_skewed_embeddings  # noqa: E402
+
+from aflite_fast import engine  # noqa: E402
+from aflite_fast.data import encode_labels, scan_rows  # noqa: E402
+from aflite_fast.kernel import SolverOptions  # noqa: E402
+
+
+def datasets(quick):
+    n_skew = 8000 if quick else 20000
+    X, y = make_skewed_embeddings(n_skew, 256 if quick else 768, 3, random_state=0)
+    yield "skewed, t/N=0.5", X, y, n_skew // 2
+    yield "skewed, t/N=0.1", X, y, n_skew // 10
+    from aflite_fast.experiments.noise_robust import load_dataset
+    Xd, yd, _, _ = load_dataset("digits", seed=0)  # pixels / 16, 70% of the 1797 rows
+    yield "digits", Xd, yd, len(yd) // 2
+    try:
+        Xf, yf, _, _ = load_dataset("fashion-mnist", seed=0, max_train=4000 if quick else 10000)
+    except (ImportError, ValueError, OSError, TypeError) as exc:
+        print(f"# Fashion-MNIST skipped: {exc}", file=sys.stderr)
+        return
+    yield "fashion-mnist", np.asarray(Xf, np.float32), np.asarray(yf), len(yf) // 2
+
+
+def one_phase(X, y, t, m, precondition, threads):
+    labels = encode_labels(y, X.shape[0])
+    center = scan_rows(X).astype(np.float32)
+    active = np.arange(X.shape[0], dtype=np.int64)
+    train_pos = engine.partition_train_positions(0, 0, X.shape[0], t, m)
+    start = time.perf_counter()
+    res = engine.score_phase(X, labels.codes, active, center, train_pos, n_classes=labels.n_classes,
+                             options=SolverOptions(precondition=precondition), n_threads=threads)
+    return res, time.perf_counter() - start
+
+
+def objectives(X, y, res, t, m):
+    """Each model's objective (mean CE over its rows + L2), in float64, from its coefficients."""
+    labels = encode_labels(y, X.shape[0])
+    C = labels.n_classes
+    Ck = engine.kernel_C(1.0, C)
+    Xc = np.asarray(X, np.float64) - scan_rows(X)
+    train_pos = engine.partition_train_positions(0, 0, X.shape[0], t, m)
+    out = []
+    for j in range(m):
+        rows = train_pos[j]
+        W = res.coef[j]
+        Z = Xc[rows] @ W[:-1] + W[-1]
+        Z -= Z.max(axis=1, keepdims=True)
+        lse = np.log(np.exp(Z).sum(axis=1))
+        ce = np.mean(lse - Z[np.arange(rows.size), labels.codes[rows]])
+        out.append(ce + 0.5 / (Ck * rows.size) * np.sum(W[:-1] ** 2))
+    return np.array(out)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="smaller data (a smoke run)")
+    p.add_argument("--partitions", type=int, default=16)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--json", type=Path)
+    args = p.parse_args(argv)
+    rows = []
+    print("| data | N x d | t | iterations before (mean / max) | after (mean / max) | reduction "
+          "| max rel. objective diff | max rel. coef diff | same scores | seconds before / after |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for name, X, y, t in datasets(args.quick):
+        m = args.partitions
+        before, s_before = one_phase(X, y, t, m, False, args.threads)
+        after, s_after = one_phase(X, y, t, m, True, args.threads)
+        f_b, f_a = objectives(X, y, before, t, m), objectives(X, y, after, t, m)
+        obj = float(np.max(np.abs(f_a - f_b) / np.abs(f_b)))
+        coef = float(np.max(np.abs(after.coef - before.coef)) / np.abs(before.coef).max())
+        same = float(np.mean(np.isclose(after.scores, before.scores, equal_nan=True)))
+        red = 1.0 - after.n_iter.mean() / before.n_iter.mean()
+        row = dict(data=name, shape=list(X.shape), t=int(t), m=m,
+                   before_mean=float(before.n_iter.mean()), before_max=int(before.n_iter.max()),
+                   after_mean=float(after.n_iter.mean()), after_max=int(after.n_iter.max()),
+                   reduction=red, objective_rel_diff=obj, coef_rel_diff=coef, same_scores=same,
+                   seconds_before=s_before, seconds_after=s_after)
+        rows.append(row)
+        print(f"| {name} | {X.shape[0]} x {X.shape[1]} | {t} | {row['before_mean']:.1f} / {row['before_max']} "
+              f"| {row['after_mean']:.1f} / {row['after_max']} | {100 * red:.0f}% | {obj:.1e} | {coef:.1e} "
+              f"| {100 * same:.1f}% | {s_before:.2f} / {s_after:.2f} |", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()
