@@ -221,8 +221,9 @@ def phase_preconditioner(read_rows, active, n_features, n_classes, kernel_C, tra
 class PhaseScores:
     """Per-row results of one phase, indexed by position in the active set.
 
-    ``seconds`` holds wall time of training (``train``) and prediction (``predict``), and of
-    the reads of X inside each (``read_train``, ``read_predict``); ``n_blocks`` and
+    ``seconds`` holds wall time of training (``train``) and prediction (``predict``), of
+    the reads of X inside each (``read_train``, ``read_predict``) and of building the
+    solver's preconditioner inside training (``preconditioner``, its reads included); ``n_blocks`` and
     ``n_chunks`` count the blocks of partitions and the prediction chunks; ``n_eval`` the
     evaluations of objective and gradient of each partition's model (None where the backend
     does not report them).
@@ -292,7 +293,7 @@ def score_phase(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="
     status = np.zeros(m, dtype=np.int32)
     n_eval = np.zeros(m, dtype=np.int32)
     Ck = kernel_C(C, n_classes)
-    read_seconds = 0.0
+    read_seconds = precond_seconds = 0.0
     t0 = time.perf_counter()
     precond = None
     if options.precondition:
@@ -302,12 +303,17 @@ def score_phase(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="
                 f"max_memory={(budget + overhead) / 1e9:.3g} GB is too small for the solver's "
                 f"preconditioner ({need / 1e9:.3g} GB on top of {overhead / 1e9:.3g} GB of per-row "
                 "arrays); raise max_memory")
-        r0 = time.perf_counter()
-        precond = phase_preconditioner(
-            lambda rows: gather_rows(X, rows, center, np.empty((rows.size, D), dtype=np.float32),
-                                     gather_bytes),
-            active, d, n_classes, Ck, t, n_threads, preconditioner_chunk_rows(budget, d))
-        read_seconds += time.perf_counter() - r0
+        def read_sample(rows):
+            nonlocal read_seconds
+            r0 = time.perf_counter()
+            out = gather_rows(X, rows, center, np.empty((rows.size, D), dtype=np.float32), gather_bytes)
+            read_seconds += time.perf_counter() - r0
+            return out
+
+        p0 = time.perf_counter()
+        precond = phase_preconditioner(read_sample, active, d, n_classes, Ck, t, n_threads,
+                                       preconditioner_chunk_rows(budget, d))
+        precond_seconds = time.perf_counter() - p0
     in_block = np.empty(n_active, dtype=bool)
     Xa_all = union_all = None
     for block in blocks:
@@ -380,5 +386,6 @@ def score_phase(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="
     return PhaseScores(seen=seen, correct=correct, prob_label=prob_label, coef=coef, n_iter=n_iter,
                        status=status, n_blocks=len(blocks),
                        seconds={"train": t1 - t0, "predict": t2 - t1, "read_train": train_read,
-                                "read_predict": read_seconds - train_read},
+                                "read_predict": read_seconds - train_read,
+                                "preconditioner": precond_seconds},
                        n_chunks=n_chunks, n_eval=n_eval)

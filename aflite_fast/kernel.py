@@ -34,7 +34,7 @@ COL_BLOCK = 256
 SUPER_BLOCK_BYTES = 8 << 20
 #: Rows of the sample a preconditioner is estimated from: this many per column, at least
 #: :data:`PRECOND_MIN_ROWS` (all rows when there are fewer).
-PRECOND_ROWS_PER_COLUMN = 16
+PRECOND_ROWS_PER_COLUMN = 8
 PRECOND_MIN_ROWS = 2048
 STATUS_NAMES = {
     _kernel.STATUS_CONVERGED: "converged",

@@ -1,0 +1,161 @@
+"""One AFLite phase at the proportions large benchmarks use, against scikit-learn and the arithmetic floor.
+
+Issue 11's benchmark.  For N in {100000, 200000} rows of skewed, embedding-like data
+(``skewed_data.py``, d=768, C=3) and training shares t/N in {0.5, 0.1} (SNLI runs at about
+0.09), one phase of m=64 partitions is timed in ONE run:
+
+a. ours: ``engine.score_phase`` (what ``aflite_fast.predictability`` and every phase of
+   ``aflite`` call), ``--repeat`` times, median;
+b. scikit-learn: one ``LogisticRegression`` per partition in a Python loop
+   (``baseline.baseline_phase``) on the package's own partitions; the first ``--sklearn-sample``
+   partitions are fitted and predicted and the time is scaled by m / sample (an estimate, said
+   so in the table); BLAS limited to ``--threads``;
+c. the floor: the flops the algorithm needs (per model and evaluation of objective and
+   gradient, two products of t x (d+1) x C; prediction, one product of N x (d+1) x (m C)), at
+   the best measured GEMM rate on this machine (the package's deterministic GEMM and NumPy's
+   OpenBLAS on an (N x 769) @ (769 x 192) product, whichever is faster).  Evaluations are the
+   ones our solver made (``PhaseScores.n_eval``), so the floor measures the kernel, not the
+   solver.
+
+The two sides are interleaved (ours, sklearn, ours, ...), so the load of this shared machine
+falls on both alike.  The table gives ours / floor, sklearn / ours, and the cost of the
+t/N = 0.1 phase relative to the t/N = 0.5 phase at the same N.
+
+    PYTHONPATH=. python benchmarks/compare_scale.py [--sizes 100000 200000] [--repeat 3]
+        [--sklearn-sample 4] [--threads 2] [--json out.json]
+    PYTHONPATH=. python benchmarks/compare_scale.py --sizes 20000 --sklearn-sample 2 --repeat 1   # smoke
+"""
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from baseline import baseline_phase, package_partition_sampler  # noqa: E402
+from skewed_data import make_skewed_embeddings  # noqa: E402
+
+from aflite_fast import _kernel, engine, kernel  # noqa: E402
+from aflite_fast.data import scan_rows  # noqa: E402
+
+CACHE = Path(__file__).resolve().parent / "_cache"
+
+
+def skewed(n, d, seed=0):
+    """The benchmark data, cached as .npy beside this script (git-ignored)."""
+    CACHE.mkdir(exist_ok=True)
+    px, py = CACHE / f"skewed_{n}_{d}_{seed}_X.npy", CACHE / f"skewed_{n}_{d}_{seed}_y.npy"
+    if not px.exists():
+        X, y = make_skewed_embeddings(n, d, 3, random_state=seed)
+        np.save(py, y)
+        np.save(px, X)
+    return np.load(px), np.load(py)
+
+
+def gemm_rate(n, D, N, threads, repeat=3):
+    """Best GFLOP/s of (n x D) @ (D x N): ours (deterministic) and NumPy's OpenBLAS."""
+    rng = np.random.default_rng(0)
+    A = rng.standard_normal((n, D), dtype=np.float32)
+    B = rng.standard_normal((D, N), dtype=np.float32)
+    C = np.empty((n, N), np.float32)
+    kb = kernel.block_bounds(D, kernel.COL_BLOCK)
+    flops = 2.0 * n * D * N
+    ours = blas = 0.0
+    with threadpool_limits(threads):
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            _kernel.sgemm(False, A, B, C, kb, False, threads)
+            ours = max(ours, flops / (time.perf_counter() - t0) / 1e9)
+            t0 = time.perf_counter()
+            np.matmul(A, B, out=C)
+            blas = max(blas, flops / (time.perf_counter() - t0) / 1e9)
+    return ours, blas
+
+
+def ours_phase(X, y, center, train_pos, threads):
+    n = X.shape[0]
+    t0 = time.perf_counter()
+    res = engine.score_phase(X, y.astype(np.int32), np.arange(n, dtype=np.int64), center, train_pos,
+                             n_classes=3, n_threads=threads)
+    return time.perf_counter() - t0, res
+
+
+def floor_seconds(res, t, n, D, C, m, rate):
+    train = float(res.n_eval.sum()) * 2 * 2 * t * D * C
+    predict = 2.0 * n * D * m * C
+    return (train + predict) / (rate * 1e9), train, predict
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--sizes", type=int, nargs="+", default=[100000, 200000])
+    p.add_argument("--shares", type=float, nargs="+", default=[0.5, 0.1])
+    p.add_argument("--d", type=int, default=768)
+    p.add_argument("--m", type=int, default=64)
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--sklearn-sample", type=int, default=4,
+                   help="partitions the scikit-learn loop fits (scaled to m)")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--json", type=Path)
+    a = p.parse_args(argv)
+    D, C, m = a.d + 1, 3, a.m
+    rows = []
+    for n in a.sizes:
+        X, y = skewed(n, a.d)
+        center = scan_rows(X).astype(np.float32)
+        rate_ours, rate_blas = gemm_rate(min(n, 50000), D, m * C, a.threads)
+        rate = max(rate_ours, rate_blas)
+        print(f"# N={n}: GEMM (N x {D}) @ ({D} x {m * C}): ours {rate_ours:.0f} GF/s, "
+              f"OpenBLAS {rate_blas:.0f} GF/s", flush=True)
+        ours_phase(X[:2000], y[:2000], center, engine.partition_train_positions(0, 0, 2000, 500, 2),
+                   a.threads)  # warm up lazily compiled helpers
+        for share in a.shares:
+            t = int(round(share * n))
+            train_pos = engine.partition_train_positions(0, 0, n, t, m)
+            ours, skl = [], []
+            res = None
+            for r in range(a.repeat):
+                s, res = ours_phase(X, y, center, train_pos, a.threads)
+                ours.append(s)
+                if r == 0:
+                    with threadpool_limits(a.threads):
+                        t0 = time.perf_counter()
+                        baseline_phase(X, y, np.arange(n), package_partition_sampler(0, m),
+                                       n_partitions=a.sklearn_sample, train_size=t, n_classes=C)
+                        skl.append((time.perf_counter() - t0) * m / a.sklearn_sample)
+            floor, f_train, f_pred = floor_seconds(res, t, n, D, C, m, rate)
+            row = dict(N=n, share=share, t=t, m=m, d=a.d, ours=statistics.median(ours), ours_all=ours,
+                       sklearn_est=statistics.median(skl), sklearn_sample=a.sklearn_sample,
+                       floor=floor, floor_train_flops=f_train, floor_predict_flops=f_pred,
+                       gemm_rate=rate, gemm_ours=rate_ours, gemm_blas=rate_blas,
+                       iterations=float(res.n_iter.mean()), evaluations=float(res.n_eval.mean()),
+                       seconds=res.seconds, n_blocks=res.n_blocks)
+            rows.append(row)
+            print(f"# N={n} t/N={share}: ours {row['ours']:.2f} s ({', '.join(f'{v:.2f}' for v in ours)}), "
+                  f"sklearn est. {row['sklearn_est']:.1f} s, floor {floor:.2f} s", flush=True)
+    print()
+    print(f"One phase, m={m}, d={a.d}, C=3, skewed data, {a.threads} threads; ours: median of {a.repeat}; "
+          f"sklearn: {a.sklearn_sample} of {m} partitions fitted and predicted, scaled to {m} (estimate).")
+    print()
+    print("| N | t/N | t | ours (s) | iterations / evaluations per model | floor (s) | ours / floor "
+          "| sklearn, est. (s) | sklearn / ours | this phase / t/N=0.5 phase |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        base = next((b for b in rows if b["N"] == r["N"] and b["share"] == 0.5), None)
+        rel = f"{r['ours'] / base['ours']:.2f}" if base is not None and base is not r else "-"
+        print(f"| {r['N']} | {r['share']} | {r['t']} | {r['ours']:.2f} | {r['iterations']:.1f} / {r['evaluations']:.1f} "
+              f"| {r['floor']:.2f} | {r['ours'] / r['floor']:.2f} | {r['sklearn_est']:.0f} "
+              f"| {r['sklearn_est'] / r['ours']:.0f}x | {rel} |")
+    if a.json:
+        a.json.write_text(json.dumps(dict(rows=rows, machine=platform.processor() or platform.machine(),
+                                          argv=sys.argv[1:]), indent=2))
+
+
+if __name__ == "__main__":
+    main()
