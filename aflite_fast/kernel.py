@@ -31,7 +31,7 @@ COL_BLOCK = 256
 #: A super-block (a run of row blocks whose sums are added in order; one task of a thread)
 #: holds about this many bytes of rows, so that the rows of the super-blocks in progress stay
 #: in the last-level cache while every model reads its rows of them.
-SUPER_BLOCK_BYTES = 8 << 20
+SUPER_BLOCK_BYTES = 4 << 20
 #: Rows of the sample a preconditioner is estimated from: this many per column, at least
 #: :data:`PRECOND_MIN_ROWS` (all rows when there are fewer).
 PRECOND_ROWS_PER_COLUMN = 8

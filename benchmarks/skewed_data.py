@@ -21,7 +21,7 @@ Run ``python benchmarks/skewed_data.py`` to print sklearn's ``n_iter_`` on this 
 
 import numpy as np
 
-__all__ = ["make_skewed_embeddings"]
+__all__ = ["make_skewed_embeddings", "write_skewed_embeddings"]
 
 
 def make_skewed_embeddings(
@@ -94,6 +94,44 @@ def make_skewed_embeddings(
     offset *= offset_scale * np.sqrt(np.sum(std**2)) / np.linalg.norm(offset)
     x += offset
     return np.ascontiguousarray(x, dtype=np.float32), y
+
+
+def write_skewed_embeddings(path, n_samples, n_features=1024, n_classes=3, *, chunk=25_000, decay=1.0,
+                            offset_scale=1.0, signal=1.0, low_variance_signal=0.5, random_state=0):
+    """The recipe of :func:`make_skewed_embeddings`, written to a float32 ``.npy`` chunk by chunk.
+
+    For files larger than memory (SNLI scale: 550,000 x 1024 is 2.25 GB): the spectrum,
+    rotation, class weights and offset are drawn once from ``random_state``; rows are drawn
+    chunk by chunk from ``SeedSequence(random_state).spawn`` children.  The data follow the
+    same distribution as ``make_skewed_embeddings`` (not the same values).  Returns the
+    labels (int64).
+    """
+    rng = np.random.default_rng(random_state)
+    d = n_features
+    std = (np.arange(1, d + 1, dtype=np.float64)) ** (-decay / 2.0)
+    q, r = np.linalg.qr(rng.standard_normal((d, d)))
+    q *= np.sign(np.diag(r))
+    z0 = rng.standard_normal((2000, d))
+    w_raw = rng.standard_normal((d, n_classes)) * std[:, None]
+    w_raw /= np.linalg.norm(z0 * std @ w_raw, axis=0).mean() / np.sqrt(2000)
+    w_white = rng.standard_normal((d, n_classes)) / np.sqrt(d)
+    offset = rng.standard_normal(d)
+    offset *= offset_scale * np.sqrt(np.sum(std**2)) / np.linalg.norm(offset)
+    qt = (q.T * 1.0).astype(np.float64)
+    X = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(n_samples, d))
+    y = np.empty(n_samples, dtype=np.int64)
+    seeds = np.random.SeedSequence(random_state).spawn(-(-n_samples // chunk))
+    for i, s0 in enumerate(range(0, n_samples, chunk)):
+        s1 = min(n_samples, s0 + chunk)
+        g = np.random.default_rng(seeds[i])
+        z = g.standard_normal((s1 - s0, d))
+        logits = (1.0 - low_variance_signal) * (z * std) @ w_raw + low_variance_signal * z @ w_white
+        logits = logits * (signal * 3.0) + g.gumbel(size=logits.shape)
+        y[s0:s1] = np.argmax(logits, axis=1)
+        X[s0:s1] = (z * std) @ qt + offset
+    X.flush()
+    del X
+    return y
 
 
 def _report(n_samples=20000, n_features=768, n_classes=3, train_size=10000, seed=0):

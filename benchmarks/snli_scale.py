@@ -1,0 +1,140 @@
+"""AFLite at SNLI scale from a memory-mapped .npy: seconds per phase, the full run, peak memory.
+
+Issue 11's run: N = 550,000 rows x d = 1024 float32 (2.25 GB; embedding-like, skewed
+variances: ``skewed_data.write_skewed_embeddings``), C = 3, m = 64 partitions, t = 50,000
+training rows (t/N = 0.09), slice k = 10,000, target 180,000 rows, tau = 0.75.  The file is
+written once (chunk by chunk) to ``--path`` and opened by path, i.e. memory-mapped, never
+loaded whole.  Per phase the script records the engine's timings (training, prediction,
+reads of X, the preconditioner) by wrapping ``engine.score_phase`` (results untouched), and
+samples the process's anonymous memory (RssAnon) every 10 ms.
+
+``--max-phases P`` stops after P phases (target size = N - P k) and the table then gives a
+projection of the full run, labelled as one: the measured phases' seconds per active row
+times the active rows of each remaining phase.
+
+    PYTHONPATH=. python benchmarks/snli_scale.py [--max-phases P] [--threads 2] [--json out.json]
+    PYTHONPATH=. python benchmarks/snli_scale.py --rows 60000 --train-size 5000 --slice-size 1000 \\
+        --target-size 50000 --dim 256          # a smoke run
+"""
+import argparse
+import json
+import os
+import platform
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from out_of_core import rss_anon  # noqa: E402
+from skewed_data import write_skewed_embeddings  # noqa: E402
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--rows", type=int, default=550_000)
+    p.add_argument("--dim", type=int, default=1024)
+    p.add_argument("--partitions", type=int, default=64)
+    p.add_argument("--train-size", type=int, default=50_000)
+    p.add_argument("--slice-size", type=int, default=10_000)
+    p.add_argument("--target-size", type=int, default=180_000)
+    p.add_argument("--tau", type=float, default=0.75)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--max-memory", default=None)
+    p.add_argument("--max-phases", type=int, default=None)
+    p.add_argument("--path", type=Path, default=None, help="the .npy (written if missing)")
+    p.add_argument("--json", type=Path, default=None)
+    a = p.parse_args(argv)
+    path = a.path or HERE / "_cache" / f"snli_{a.rows}_{a.dim}.npy"
+    labels_path = path.with_name(path.stem + "_labels.npy")
+    if not path.exists() or not labels_path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        t0 = time.perf_counter()
+        y = write_skewed_embeddings(str(path), a.rows, a.dim, 3, random_state=0)
+        np.save(labels_path, y)
+        print(f"# wrote {path} ({path.stat().st_size / 1e9:.2f} GB) in {time.perf_counter() - t0:.0f} s",
+              file=sys.stderr)
+    y = np.load(labels_path)
+
+    from aflite_fast import aflite, engine
+
+    target = a.target_size
+    if a.max_phases is not None:
+        target = max(target, a.rows - a.max_phases * a.slice_size)
+    peak = [rss_anon()]
+    stop = threading.Event()
+
+    def sample():
+        while not stop.wait(0.01):
+            peak[0] = max(peak[0], rss_anon())
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    base_anon = rss_anon()
+    phases = []
+    real = engine.score_phase
+
+    def spy(*args, **kwargs):
+        t0 = time.perf_counter()
+        res = real(*args, **kwargs)
+        phases.append(dict(phase=len(phases), n_active=int(args[2].size), seconds=time.perf_counter() - t0,
+                           mean_iterations=float(res.n_iter.mean()),
+                           mean_evaluations=float(res.n_eval.mean()), n_blocks=res.n_blocks,
+                           **{k: round(float(v), 3) for k, v in res.seconds.items()}))
+        print(f"phase {json.dumps(phases[-1])}", file=sys.stderr, flush=True)
+        return res
+
+    engine.score_phase = spy
+    t0 = time.perf_counter()
+    res = aflite(str(path), y, target_size=target, n_partitions=a.partitions, train_size=a.train_size,
+                 slice_size=a.slice_size, tau=a.tau, random_state=0, n_jobs=a.threads,
+                 max_memory=a.max_memory, progress=False)
+    total = time.perf_counter() - t0
+    stop.set()
+    sampler.join()
+    engine.score_phase = real
+    # projection of the full run from the measured phases: seconds per active row
+    full_phases = []
+    n_active = a.rows
+    while n_active > a.target_size:
+        full_phases.append(n_active)
+        n_active -= min(a.slice_size, n_active - a.target_size)
+    per_row = sum(ph["seconds"] for ph in phases) / sum(ph["n_active"] for ph in phases)
+    loop_overhead = total - sum(ph["seconds"] for ph in phases)
+    projected = per_row * sum(full_phases) + loop_overhead
+    measured_all = len(phases) >= len(full_phases) and target == a.target_size
+    out = dict(rows=a.rows, dim=a.dim, partitions=a.partitions, train_size=a.train_size,
+               slice_size=a.slice_size, target_size=a.target_size, run_target=target, tau=a.tau,
+               threads=a.threads, file_gb=path.stat().st_size / 1e9, total_seconds=total,
+               n_phases=len(phases), phases=phases, kept=int(res.keep.size), stop_reason=res.stop_reason,
+               peak_anon_gb=peak[0] / 1e9, base_anon_gb=base_anon / 1e9,
+               full_run_phases=len(full_phases), projected_full_seconds=projected,
+               measured_full_run=measured_all, machine=platform.processor() or platform.machine())
+    print(f"\nN={a.rows} d={a.dim} m={a.partitions} t={a.train_size} k={a.slice_size} "
+          f"target={a.target_size}, {a.threads} threads, memory-mapped {out['file_gb']:.2f} GB float32 file\n")
+    print("| phase | active rows | seconds | train | predict | reads of X | preconditioner | iterations / evaluations |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for ph in phases:
+        print(f"| {ph['phase']} | {ph['n_active']} | {ph['seconds']:.1f} | {ph['train']:.1f} | {ph['predict']:.1f} "
+              f"| {ph['read_train'] + ph['read_predict']:.1f} | {ph.get('preconditioner', 0):.1f} "
+              f"| {ph['mean_iterations']:.1f} / {ph['mean_evaluations']:.1f} |")
+    print()
+    if measured_all:
+        print(f"Full run measured: {len(phases)} phases, {total:.0f} s ({total / 60:.1f} min), "
+              f"kept {res.keep.size} rows ({res.stop_reason}).")
+    else:
+        print(f"Measured {len(phases)} of {len(full_phases)} phases in {total:.0f} s; PROJECTED full run "
+              f"(measured seconds per active row x the active rows of all {len(full_phases)} phases): "
+              f"{projected:.0f} s ({projected / 60:.1f} min).")
+    print(f"Peak anonymous memory {out['peak_anon_gb']:.2f} GB (RssAnon, 10 ms samples; "
+          f"{out['base_anon_gb']:.2f} GB before the run).")
+    if a.json:
+        a.json.write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
