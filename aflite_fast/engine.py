@@ -201,6 +201,27 @@ def plan_blocks(member, budget, n_features, n_classes, history, overhead=0, n_th
     return blocks
 
 
+class Workspace:
+    """Memory that successive phases reuse: the buffer of the block's gathered rows.
+
+    Each phase gathers (nearly) every active row into float32; the active set only shrinks,
+    so the first phase's buffer serves all the later ones and the system does not have to
+    map and zero gigabytes again every phase (measured: 0.25-6 s for 2.3 GB).  It changes
+    memory reuse, never results.
+    """
+
+    def __init__(self):
+        self.buffer = None
+
+    def rows(self, n_rows, n_columns):
+        """An (n_rows, n_columns) row array in the workspace's buffer (grown if too small)."""
+        need = kernel.row_buffer_size(n_rows, n_columns)
+        if self.buffer is None or self.buffer.size < need:
+            self.buffer = None  # let the old one go before the new one is allocated
+            self.buffer = kernel.row_buffer(n_rows, n_columns)
+        return kernel.empty_rows(n_rows, n_columns, self.buffer)
+
+
 def phase_preconditioner(read_rows, active, n_features, n_classes, kernel_C, train_size, n_threads,
                          chunk_rows=None):
     """The solver's initial inverse Hessian shared by every partition of a phase.
@@ -249,7 +270,7 @@ class PhaseScores:
 
 def score_phase(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="ce",
                 loss_params=None, options=None, max_memory=None, n_threads=1, warm_coef=None,
-                proba_sum=None, on_block=None):
+                proba_sum=None, on_block=None, workspace=None):
     """Train every partition of a phase and score the active rows.
 
     Parameters
@@ -266,6 +287,7 @@ def score_phase(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="
     warm_coef : ndarray (m, d + 1, C) float64, optional starting point of each partition
     proba_sum : ndarray (n_active, C) float64, optional; receives summed held-out probabilities
     on_block : callable, optional; called after each trained block and predicted chunk
+    workspace : Workspace, optional; buffers reused from the previous phase (one block only)
 
     Returns
     -------
@@ -325,7 +347,10 @@ def score_phase(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="
         bm = member[np.ix_(union, block)]
         rows = active[union]
         r0 = time.perf_counter()
-        Xa = gather_rows(X, rows, center, kernel.empty_rows(union.size, D), gather_bytes)
+        out = (workspace.rows(union.size, D) if workspace is not None and len(blocks) == 1
+               else kernel.empty_rows(union.size, D))
+        Xa = gather_rows(X, rows, center, out, gather_bytes)
+        del out
         read_seconds += time.perf_counter() - r0
         coef_b = np.ascontiguousarray(coef[block])
         coef_b, info = kernel.train_models(
