@@ -38,12 +38,15 @@ def first_nonfinite_row(X):
 def membership_matrix(train_positions, n_rows, out):
     """out[pos, j] = 1 for every training position of partition j (out is zeroed here).
 
-    train_positions : int64 (m, t) sorted training positions of each partition.
+    train_positions : int64 (m, t) sorted training positions of each partition; negative
+        entries (``engine.TRAIN_PAD``, padding of partitions with fewer than t rows) are skipped.
     out : uint8 (n_rows, m).
     """
     out[:, :] = 0
     m, t = train_positions.shape
     for j in range(m):
         for r in range(t):
-            out[train_positions[j, r], j] = 1
+            pos = train_positions[j, r]
+            if pos >= 0:
+                out[pos, j] = 1
     return out

@@ -17,8 +17,8 @@ class AFLite(BaseEstimator):
     Parameters
     ----------
     target_size, n_partitions, train_size, slice_size, tau, C, loss, loss_params, max_memory,
-    random_state, n_jobs, progress, tol, max_iter
-        As in :func:`aflite_fast.aflite`.
+    random_state, n_jobs, progress, tol, max_iter, remove, checkpoint
+        As in :func:`aflite_fast.aflite`; the groups are given to :meth:`fit_resample`.
 
     Attributes
     ----------
@@ -37,7 +37,7 @@ class AFLite(BaseEstimator):
 
     def __init__(self, *, target_size, n_partitions=64, train_size=0.5, slice_size=500, tau=0.75,
                  C=1.0, loss="ce", loss_params=None, max_memory=None, random_state=None, n_jobs=None,
-                 progress=False, tol=1e-4, max_iter=1000):
+                 progress=False, tol=1e-4, max_iter=1000, remove="row", checkpoint=None):
         self.target_size = target_size
         self.n_partitions = n_partitions
         self.train_size = train_size
@@ -52,23 +52,27 @@ class AFLite(BaseEstimator):
         self.progress = progress
         self.tol = tol
         self.max_iter = max_iter
+        self.remove = remove
+        self.checkpoint = checkpoint
 
-    def fit(self, X, y):
-        """Run AFLite on (X, y) and store the kept rows' indices."""
+    def fit(self, X, y, groups=None):
+        """Run AFLite on (X, y) and store the kept rows' indices; ``groups`` as in
+        :func:`aflite_fast.aflite` (a group id per row: partitions train on whole groups)."""
         self.result_ = aflite(
             X, y, target_size=self.target_size, n_partitions=self.n_partitions,
             train_size=self.train_size, slice_size=self.slice_size, tau=self.tau, C=self.C,
             loss=self.loss, loss_params=self.loss_params, max_memory=self.max_memory,
             random_state=self.random_state, n_jobs=self.n_jobs, progress=self.progress,
-            tol=self.tol, max_iter=self.max_iter)
+            tol=self.tol, max_iter=self.max_iter, groups=groups, remove=self.remove,
+            checkpoint=self.checkpoint)
         self.sample_indices_ = self.result_.keep
         self.predictability_ = self.result_.scores
         self.history_ = self.result_.history
         return self
 
-    def fit_resample(self, X, y):
+    def fit_resample(self, X, y, groups=None):
         """Fit and return the kept rows ``(X[sample_indices_], y[sample_indices_])``."""
-        self.fit(X, y)
+        self.fit(X, y, groups=groups)
         X_arr = open_embeddings(X)
         return np.asarray(X_arr[self.sample_indices_]), np.asarray(y)[self.sample_indices_]
 

@@ -7,6 +7,7 @@ from . import engine
 from ._threads import effective_n_threads
 from .algorithm import validate_settings
 from .data import encode_labels, open_embeddings, scan_rows
+from .groups import partition_groups
 from .kernel import SolverOptions
 from .losses import resolve_loss
 
@@ -35,11 +36,12 @@ class PredictabilityResult:
 
 
 def predictability(X, y, *, n_partitions=64, train_size, C=1.0, loss="ce", loss_params=None,
-                   max_memory=None, random_state=None, n_jobs=None, tol=1e-4, max_iter=1000):
+                   max_memory=None, random_state=None, n_jobs=None, tol=1e-4, max_iter=1000, groups=None):
     """Predictability score of every row from one phase of ``n_partitions`` random partitions.
 
     Parameters are those of :func:`aflite`.  The partitions are those of phase 0 of
-    ``aflite(..., random_state=random_state)``, so the scores equal that run's first phase.
+    ``aflite(..., random_state=random_state, groups=groups)``, so the scores equal that run's
+    first phase.  With ``groups`` every partition trains on whole groups.
 
     Returns
     -------
@@ -54,8 +56,9 @@ def predictability(X, y, *, n_partitions=64, train_size, C=1.0, loss="ce", loss_
     center = scan_rows(X).astype(np.float32)
     active = np.arange(n_rows, dtype=np.int64)
     t = settings.train_rows(n_rows)
+    group_codes = partition_groups(groups, n_rows, t)
     train_pos = engine.partition_train_positions(engine.seed_entropy(random_state), 0, n_rows, t,
-                                                 settings.n_partitions)
+                                                 settings.n_partitions, groups=group_codes)
     res = engine.score_phase(X, labels.codes, active, center, train_pos, n_classes=labels.n_classes,
                              C=settings.C, loss=spec, options=SolverOptions(tol=tol, max_iter=max_iter),
                              max_memory=max_memory, n_threads=effective_n_threads(n_jobs))
