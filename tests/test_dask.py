@@ -5,7 +5,8 @@ a. ``aflite(..., backend="dask")`` gives the local keep/removed/removed_phase/sc
 b. ``score_phase_dask`` gives ``engine.score_phase``'s coefficients and counts bitwise, also
    with several blocks of partitions, float16 shards read from .npy files on the workers, and
    summed probabilities; it reports the bytes it moved.
-c. Bad input gets a clear error (NaN in X names the row, unknown backend, wrong dtype).
+c. Partitions drawn as whole groups (padded training positions) give the local result.
+d. Bad input gets a clear error (NaN in X names the row, unknown backend, wrong dtype).
 """
 import os
 
@@ -60,6 +61,20 @@ def test_aflite_dask_matches_local(client, seed, chunk_rows):
     np.testing.assert_array_equal(remote.scores, local.scores)  # NaNs in the same places
     assert remote.stop_reason == local.stop_reason
     assert [h.n_removed for h in remote.history] == [h.n_removed for h in local.history]
+
+
+def test_groups_dask_matches_local(client, seed):
+    """Partitions of whole groups (training sets of unequal size, padded) on the cluster."""
+    rng = np.random.default_rng(seed + 11)
+    X, y = make_problem(rng, 1200, 16, 3, signal=0.6)
+    groups = rng.integers(0, 400, size=1200)
+    kw = dict(target_size=800, n_partitions=6, train_size=0.5, slice_size=100, tau=0.6,
+              random_state=seed + 2, progress=False, groups=groups)
+    local = aflite(X, y, **kw)
+    remote = aflite(da.from_array(X, chunks=(500, 16)), y, backend="dask", **kw)
+    assert len(local.history) >= 2
+    np.testing.assert_array_equal(remote.removed, local.removed)
+    np.testing.assert_array_equal(remote.scores, local.scores)
 
 
 def test_score_phase_bitwise_shards_float16_blocks(client, seed, tmp_path):

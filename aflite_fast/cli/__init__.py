@@ -12,7 +12,7 @@ from .. import __version__
 
 #: Subcommand modules, in the order ``--help`` lists them.  Optional ones (which need an
 #: extra) are imported lazily and skipped when absent.
-SUBCOMMANDS = ("_filter", "_demo", "_synthetic", "_noise_robust", "_label_issues")
+SUBCOMMANDS = ("_filter", "_report", "_demo", "_synthetic", "_noise_robust", "_label_issues")
 
 
 def build_parser():

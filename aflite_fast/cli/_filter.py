@@ -7,6 +7,7 @@ import time
 from .. import __version__
 from ..algorithm import aflite
 from ..data import open_embeddings, read_labels_file
+from ..groups import REMOVE_MODES
 from ..losses import LOSS_NAMES
 from ._output import AtomicOutputDir
 
@@ -45,18 +46,43 @@ def add_parser(subparsers):
     p.add_argument("--threads", type=int, default=None, help="threads (default: all cores)")
     p.add_argument("--scheduler", default=None, metavar="ADDRESS",
                    help="run on a Dask cluster (e.g. tcp://host:8786); needs aflite_fast[dask]")
+    p.add_argument("--groups", default=None, metavar="FILE",
+                   help="group id per row (.npy, or one id per line): every model trains on whole "
+                        "groups, so rows of a group are never split between training and held out")
+    p.add_argument("--remove", choices=REMOVE_MODES, default="row",
+                   help="remove single rows (default) or whole groups whose mean score reaches tau "
+                        "(needs --groups)")
+    p.add_argument("--checkpoint", default=None, metavar="PATH",
+                   help="save the state after every phase to PATH (.npz); rerunning the same command "
+                        "continues from it with the same result; other parameters or data are refused")
+    p.add_argument("--plot", action="store_true",
+                   help="also draw DIR/report.png (see 'aflite-fast report'); needs aflite_fast[plots]")
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary")
     return p
+
+
+def _read_groups(path):
+    try:
+        return read_labels_file(path)
+    except ValueError as exc:
+        raise ValueError(f"--groups: {exc}") from None
 
 
 def run(args):
     start = time.perf_counter()
     X = open_embeddings(args.embeddings)
     y = read_labels_file(args.labels)
+    if args.remove == "group" and args.groups is None:
+        raise ValueError("--remove group needs --groups FILE")
+    groups = None if args.groups is None else _read_groups(args.groups)
+    if args.plot:
+        from ..report import require_matplotlib
+
+        require_matplotlib()  # fail before the run, not after it
     params = dict(target_size=args.target_size, n_partitions=args.partitions,
                   train_size=args.train_size, slice_size=args.slice_size, tau=args.tau, C=args.C,
                   loss=args.loss, max_memory=args.max_memory, random_state=args.seed,
-                  n_jobs=args.threads)
+                  n_jobs=args.threads, remove=args.remove)
     extra = {}
     if args.scheduler:
         from ..distributed import close_client, connect  # needs the extra aflite_fast[dask]
@@ -64,11 +90,12 @@ def run(args):
         extra = dict(backend="dask", client=connect(args.scheduler))
     try:
         with AtomicOutputDir(args.out) as out:
-            result = aflite(X, y, progress=not args.quiet, **params, **extra)
+            result = aflite(X, y, progress=not args.quiet, groups=groups, checkpoint=args.checkpoint,
+                            **params, **extra)
             seconds = time.perf_counter() - start
             out.save_npy("keep.npy", result.keep)
             out.save_npy("scores.npy", result.scores)
-            out.save_json("report.json", {
+            report = {
                 "aflite_fast_version": __version__,
                 "command": "filter",
                 "embeddings": os.path.abspath(args.embeddings),
@@ -80,12 +107,25 @@ def run(args):
                 "stop_reason": result.stop_reason,
                 "seconds": seconds,
                 "history": [h.as_dict() for h in result.history],
-            })
+                "groups": None if args.groups is None else os.path.abspath(args.groups),
+                "checkpoint": None if args.checkpoint is None else os.path.abspath(args.checkpoint),
+                "resumed_from_phase": result.resumed_from,
+                "classes": result.classes.tolist(),
+                "class_counts": {"kept": result.kept_per_class.tolist(),
+                                 "removed": result.removed_per_class.tolist()},
+            }
+            out.save_json("report.json", report)
+            if args.plot:
+                from ..report import draw_report
+
+                draw_report(report, out.file("report.png"))
     finally:
         if extra:
             close_client(extra["client"])
     if not args.quiet:
         print(f"aflite-fast filter: kept {result.keep.size} of {X.shape[0]} rows in "
               f"{len(result.history)} phase(s), {seconds:.1f} s ({result.stop_reason}); "
-              f"wrote {os.path.join(args.out, 'keep.npy')}, scores.npy, report.json", file=sys.stderr)
+              f"{f'resumed from phase {result.resumed_from}; ' if result.resumed_from else ''}"
+              f"wrote {os.path.join(args.out, 'keep.npy')}, scores.npy, report.json"
+              f"{', report.png' if args.plot else ''}", file=sys.stderr)
     return 0
