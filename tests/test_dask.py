@@ -5,7 +5,8 @@ a. ``aflite(..., backend="dask")`` gives the local keep/removed/removed_phase/sc
 b. ``score_phase_dask`` gives ``engine.score_phase``'s coefficients and counts bitwise, also
    with several blocks of partitions, float16 shards read from .npy files on the workers, and
    summed probabilities; it reports the bytes it moved.
-c. Partitions drawn as whole groups (padded training positions) give the local result.
+c. Partitions drawn as whole groups (padded training positions) give the local result; a
+   checkpoint written with the dask backend is accepted by a local run.
 d. Bad input gets a clear error (NaN in X names the row, unknown backend, wrong dtype).
 """
 import os
@@ -63,18 +64,25 @@ def test_aflite_dask_matches_local(client, seed, chunk_rows):
     assert [h.n_removed for h in remote.history] == [h.n_removed for h in local.history]
 
 
-def test_groups_dask_matches_local(client, seed):
-    """Partitions of whole groups (training sets of unequal size, padded) on the cluster."""
+def test_groups_dask_matches_local(client, seed, tmp_path):
+    """Partitions of whole groups (training sets of unequal size, padded) on the cluster, and a
+    checkpoint written there."""
     rng = np.random.default_rng(seed + 11)
     X, y = make_problem(rng, 1200, 16, 3, signal=0.6)
     groups = rng.integers(0, 400, size=1200)
     kw = dict(target_size=800, n_partitions=6, train_size=0.5, slice_size=100, tau=0.6,
               random_state=seed + 2, progress=False, groups=groups)
     local = aflite(X, y, **kw)
-    remote = aflite(da.from_array(X, chunks=(500, 16)), y, backend="dask", **kw)
+    ckpt = tmp_path / "run.npz"
+    remote = aflite(da.from_array(X, chunks=(500, 16)), y, backend="dask", checkpoint=ckpt, **kw)
     assert len(local.history) >= 2
     np.testing.assert_array_equal(remote.removed, local.removed)
     np.testing.assert_array_equal(remote.scores, local.scores)
+    # the checkpoint's fingerprint of X (rows cut on the workers) is the local one: a local
+    # run accepts it and returns the finished result
+    again = aflite(X, y, checkpoint=ckpt, **kw)
+    assert again.resumed_from == len(local.history)
+    np.testing.assert_array_equal(again.removed, local.removed)
 
 
 def test_score_phase_bitwise_shards_float16_blocks(client, seed, tmp_path):
