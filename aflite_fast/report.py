@@ -36,18 +36,22 @@ def _phases(report):
     return list(report.get("history") or [])
 
 
-def _no_phase(ax):
-    ax.text(0.5, 0.5, "no phase ran", ha="center", va="center", transform=ax.transAxes)
+def _axes(ax, report, title, xlabel, ylabel):
+    """Label a panel's axes; its phase records, or None (and a note on ``ax``) if none ran."""
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    history = _phases(report)
+    if not history:
+        ax.text(0.5, 0.5, "no phase ran", ha="center", va="center", transform=ax.transAxes)
+        return None
+    return history
 
 
 def filtering_curve(ax, report):
     """Rows active at the start of each phase (and kept at the end), and rows at or above tau."""
-    history = _phases(report)
-    ax.set_title("filtering curve")
-    ax.set_xlabel("phase")
-    ax.set_ylabel("rows")
-    if not history:
-        _no_phase(ax)
+    history = _axes(ax, report, "filtering curve", "phase", "rows")
+    if history is None:
         return
     phases = np.arange(len(history) + 1)
     active = [h["n_active"] for h in history] + [report["n_kept"]]
@@ -62,12 +66,8 @@ def filtering_curve(ax, report):
 
 def score_histograms(ax, report):
     """Score histograms (fixed bins over [0, 1]) of the first and the last phase."""
-    history = _phases(report)
-    ax.set_title("predictability scores")
-    ax.set_xlabel("score (held-out accuracy)")
-    ax.set_ylabel("rows")
-    if not history:
-        _no_phase(ax)
+    history = _axes(ax, report, "predictability scores", "score (held-out accuracy)", "rows")
+    if history is None:
         return
     shown = [history[0]] if len(history) == 1 else [history[0], history[-1]]
     for h in shown:
@@ -80,14 +80,10 @@ def score_histograms(ax, report):
 
 def class_shares(ax, report):
     """Share of each class among the rows active at each phase and kept at the end."""
-    history = _phases(report)
-    classes = [str(c) for c in report.get("classes", [])]
-    ax.set_title("label balance of kept rows")
-    ax.set_xlabel("phase")
-    ax.set_ylabel("share of rows")
-    if not history:
-        _no_phase(ax)
+    history = _axes(ax, report, "label balance of kept rows", "phase", "share of rows")
+    if history is None:
         return
+    classes = [str(c) for c in report.get("classes", [])]
     counts = np.array([h["class_active"] for h in history] + [report["class_counts"]["kept"]], dtype=float)
     shares = counts / np.maximum(counts.sum(axis=1, keepdims=True), 1.0)
     phases = np.arange(counts.shape[0])
