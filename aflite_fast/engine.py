@@ -2,8 +2,8 @@
 
 For a phase on the active rows S (sorted row indices) the engine
 
-1. draws each partition's training positions from its own seed (``partition_train_positions``),
-   so nothing depends on how partitions are grouped;
+1. draws each partition's training positions from its own seed (``partition_train_positions``;
+   whole groups of rows when given), so nothing depends on how partitions are blocked;
 2. groups partitions into blocks whose training rows (the union of their training sets)
    fit the memory budget, gathers those rows once (sorted reads), and trains the block
    with one kernel call;
@@ -68,7 +68,9 @@ def partition_train_positions(entropy, phase, n_active, train_size, n_partitions
         Seed of the run (:func:`seed_entropy`).
     phase, n_active, train_size, n_partitions : int
     groups : ndarray (n_active,) of int, optional
-        Group code of every active position (any integers; only equality matters).  The caller
+        Group code of every active position: the draws depend on which positions share a code
+        and on the codes' order (:func:`aflite_fast.groups.encode_groups` numbers groups in
+        order of first appearance, so ids that name the same groups give the same draws).  The caller
         ensures ``train_size <= n_active - (largest group)``, so every partition holds out rows
         (:func:`aflite_fast.groups.check_group_train_size`).
 

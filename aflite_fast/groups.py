@@ -5,7 +5,8 @@ near-duplicates) make each other look predictable when one is trained on and the
 out.  Given a group id per row:
 
 a. ``encode_groups`` checks the ids (one per row, no NaN, at least two groups) and maps them
-   to codes 0..G-1.
+   to codes 0..G-1 in order of first appearance, so results depend on which rows share a
+   group, not on what the ids are.
 b. Every partition draws whole groups for its training set
    (:func:`aflite_fast.engine.partition_train_positions`): groups in a random order from the
    partition's own seed, taken until the set holds at least t rows, so it holds t to
@@ -22,7 +23,8 @@ REMOVE_MODES = ("row", "group")
 
 
 def encode_groups(groups, n_rows):
-    """Group ids of any sortable type -> int64 codes 0..G-1 (one per row).
+    """Group ids of any sortable type -> int64 codes 0..G-1 (one per row), numbered in order
+    of first appearance.
 
     Raises
     ------
@@ -44,13 +46,15 @@ def encode_groups(groups, n_rows):
         if bad:
             raise ValueError(f"groups contains a missing id (None or NaN, first at row {bad[0]})")
     try:
-        uniq, codes = np.unique(g, return_inverse=True)
+        uniq, first, codes = np.unique(g, return_index=True, return_inverse=True)
     except TypeError as exc:
         raise ValueError(f"group ids must be sortable among themselves: {exc}") from exc
     if uniq.size < 2:
         raise ValueError("groups holds a single group: every partition would train on all rows or none; "
                          "give at least two groups")
-    return codes.ravel().astype(np.int64)
+    rank = np.empty(uniq.size, dtype=np.int64)
+    rank[np.argsort(first)] = np.arange(uniq.size)
+    return rank[codes.ravel()]
 
 
 def check_group_train_size(active_groups, train_size):

@@ -342,7 +342,7 @@ def oof_predict_proba(X, y, *, cv=5, C=1.0, loss="ce", loss_params=None, n_parti
     groups : array-like of shape (N,), optional
         A group id per row: no group is split between a model's training and held-out rows.
         An int ``cv`` then gives ``StratifiedGroupKFold(cv, shuffle=True,
-        random_state=random_state)`` over the group codes (0..G-1 in sorted order of the ids),
+        random_state=random_state)`` over the group codes (0..G-1 in order of first appearance),
         a splitter is called as ``cv.split(X, y, groups)``, and partitions draw whole groups
         as in :func:`aflite_fast.aflite`.
 

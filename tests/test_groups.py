@@ -98,8 +98,11 @@ def test_partitions_without_groups_are_unchanged_and_seeded_per_partition(groupe
         ra, rb = a[j][a[j] >= 0], b[j][b[j] >= 0]
         assert np.array_equal(ra, rb)
     assert not np.array_equal(a, engine.partition_train_positions(12, 2, 900, 300, 5, groups=codes))
-    # only equality of ids matters
-    assert np.array_equal(a, engine.partition_train_positions(11, 2, 900, 300, 5, groups=codes * 7 + 3))
+    # only which rows share a group matters: other ids (even of another sort order) give the same draws
+    renamed = np.array([f"id{v}" for v in (groups * 7919) % 1009])
+    assert np.array_equal(encode_groups(renamed, 900), codes)
+    assert np.array_equal(a, engine.partition_train_positions(11, 2, 900, 300, 5,
+                                                              groups=encode_groups(renamed, 900)))
 
 
 def test_groups_result_depends_only_on_seed(grouped, readonly_memmap):
@@ -192,3 +195,26 @@ def test_oof_with_groups(grouped):
     part = oof_run(X, y, n_partitions=12, train_size=0.5, random_state=2, groups=groups, n_jobs=1)
     first = predictability(X, y, n_partitions=12, train_size=0.5, random_state=2, groups=groups)
     assert np.array_equal(part.seen, first.seen) and np.array_equal(part.correct, first.correct)
+
+
+def test_cli_groups_file(grouped, tmp_path, capsys):
+    from aflite_fast.cli import main
+
+    X, y, groups = grouped
+    np.save(tmp_path / "emb.npy", X)
+    np.save(tmp_path / "labels.npy", y)
+    (tmp_path / "groups.txt").write_text("\n".join(f"g{v}" for v in groups) + "\n")
+    np.save(tmp_path / "short.npy", groups[:-3])
+    args = ["filter", str(tmp_path / "emb.npy"), str(tmp_path / "labels.npy"), "--target-size", "600",
+            "--partitions", "8", "--train-size", "0.5", "--slice-size", "60", "--tau", "0.7", "--seed", "3",
+            "--threads", "1", "--quiet"]
+    assert main(args + ["--out", str(tmp_path / "o"), "--groups", str(tmp_path / "groups.txt"),
+                        "--remove", "group"]) == 0
+    ref = aflite(X, y, target_size=600, random_state=3, groups=groups, remove="group", **RUN)
+    assert np.array_equal(np.load(tmp_path / "o" / "keep.npy"), ref.keep)
+    for extra, message in [(["--groups", str(tmp_path / "short.npy")], "groups has 897 entries"),
+                           (["--groups", str(tmp_path / "missing.txt")], "--groups: cannot read"),
+                           (["--remove", "group"], "--remove group needs --groups")]:
+        assert main(args + ["--out", str(tmp_path / "bad"), *extra]) == 2
+        assert message in capsys.readouterr().err
+        assert not (tmp_path / "bad").exists()
