@@ -13,6 +13,7 @@ With ``groups`` every partition trains on whole groups (see :mod:`aflite_fast.gr
 checkpoint continues from it (see :mod:`aflite_fast.checkpoint`).
 """
 import numbers
+import os
 import time
 from dataclasses import dataclass, field
 from typing import List
@@ -289,7 +290,11 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
     center = scan(X).astype(np.float32)
     active, scores, phase = state.active, state.scores, state.phase
     removed, removed_phase = [state.removed], [state.removed_phase]
-    history = [PhaseRecord(**record) for record in state.history]
+    try:
+        history = [PhaseRecord(**record) for record in state.history]
+    except TypeError as exc:  # a checkpoint of another version, whose records have other fields
+        raise ValueError(f"checkpoint {os.fspath(checkpoint)!r}: its phase records do not fit this version "
+                         f"of aflite_fast ({exc}); give another checkpoint path") from None
     # Next phase's partitions are new random subsets: every one of them starts from the mean
     # of the last phase's models (close to the full-data optimum), which took about 9% fewer
     # L-BFGS steps than starting partition j from its predecessor.

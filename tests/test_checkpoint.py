@@ -233,3 +233,19 @@ def test_cli_killed_after_phase_two_resumes_to_the_same_outputs(tmp_path, seed, 
     assert len(a["history"]) >= 4 and b["resumed_from_phase"] == 2
     assert _timeless(a["history"]) == _timeless(b["history"])
     assert a["stop_reason"] == b["stop_reason"] and a["class_counts"] == b["class_counts"]
+
+
+def test_a_checkpoint_of_other_phase_records_is_refused(data, tmp_path, monkeypatch):
+    """A checkpoint whose history has fields this version's PhaseRecord lacks (another version)."""
+    X, y, _ = data
+    path = tmp_path / "c.npz"
+    with monkeypatch.context() as m:
+        _interrupt_at(m, 1)
+        with pytest.raises(KeyboardInterrupt):
+            aflite(X, y, checkpoint=path, **RUN)
+    saved = checkpoint.Checkpoint(path)
+    state = saved.start(saved._header["parameters"], saved._header["data"])
+    state.history[0]["a_field_of_the_future"] = 1
+    saved.save(state)
+    with pytest.raises(ValueError, match="phase records do not fit"):
+        aflite(X, y, checkpoint=path, **RUN)
