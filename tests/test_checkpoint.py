@@ -66,6 +66,14 @@ def _interrupt_at(monkeypatch, phase):
     return calls
 
 
+def _interrupted_run(monkeypatch, X, y, path, phase, run):
+    """``aflite(X, y, checkpoint=path, **run)`` interrupted when it starts ``phase``."""
+    with monkeypatch.context() as m:
+        _interrupt_at(m, phase)
+        with pytest.raises(KeyboardInterrupt):
+            aflite(X, y, checkpoint=path, **run)
+
+
 @pytest.mark.parametrize("case", ["rows", "groups", "int_train_size"])
 def test_resume_gives_the_uninterrupted_result(data, tmp_path, monkeypatch, case):
     X, y, groups = data
@@ -77,10 +85,7 @@ def test_resume_gives_the_uninterrupted_result(data, tmp_path, monkeypatch, case
     full = aflite(X, y, **run)
     assert len(full.history) >= 4
     path = tmp_path / "run.ckpt.npz"
-    with monkeypatch.context() as m:
-        _interrupt_at(m, 2)
-        with pytest.raises(KeyboardInterrupt):
-            aflite(X, y, checkpoint=path, **run)
+    _interrupted_run(monkeypatch, X, y, path, 2, run)
     saved = checkpoint.Checkpoint(path)
     assert saved.exists and saved._header["phase"] == 2
     calls = _interrupt_at(monkeypatch, 10**6)  # count the phases the resumed run scores
@@ -111,20 +116,14 @@ def test_random_state_none_takes_the_checkpoint_seed(data, tmp_path, monkeypatch
     X, y, _ = data
     full = aflite(X, y, **RUN)
     path = tmp_path / "c.npz"
-    with monkeypatch.context() as m:
-        _interrupt_at(m, 1)
-        with pytest.raises(KeyboardInterrupt):
-            aflite(X, y, checkpoint=path, **RUN)
+    _interrupted_run(monkeypatch, X, y, path, 1, RUN)
     _same(full, aflite(X, y, checkpoint=path, **dict(RUN, random_state=None)))
 
 
 def test_other_parameters_or_data_are_refused(data, tmp_path, monkeypatch):
     X, y, groups = data
     path = tmp_path / "c.npz"
-    with monkeypatch.context() as m:
-        _interrupt_at(m, 1)
-        with pytest.raises(KeyboardInterrupt):
-            aflite(X, y, checkpoint=path, **RUN)
+    _interrupted_run(monkeypatch, X, y, path, 1, RUN)
     before = path.read_bytes()
     X2 = X.copy()
     X2[0, 0] += 1.0  # row 0 is in the fingerprint's sample
@@ -239,10 +238,7 @@ def test_a_checkpoint_of_other_phase_records_is_refused(data, tmp_path, monkeypa
     """A checkpoint whose history has fields this version's PhaseRecord lacks (another version)."""
     X, y, _ = data
     path = tmp_path / "c.npz"
-    with monkeypatch.context() as m:
-        _interrupt_at(m, 1)
-        with pytest.raises(KeyboardInterrupt):
-            aflite(X, y, checkpoint=path, **RUN)
+    _interrupted_run(monkeypatch, X, y, path, 1, RUN)
     saved = checkpoint.Checkpoint(path)
     state = saved.start(saved._header["parameters"], saved._header["data"])
     state.history[0]["a_field_of_the_future"] = 1
