@@ -10,13 +10,16 @@ and filtering stops (Algorithm 1).  It never removes below ``target_size``.
 With ``groups`` every partition trains on whole groups (see :mod:`aflite_fast.groups`), and
 ``remove="group"`` removes a group together when its mean score reaches ``tau``.  With
 ``checkpoint`` the loop's state is saved after every phase and a run given the same
-checkpoint continues from it (see :mod:`aflite_fast.checkpoint`).
+checkpoint continues from it (see :mod:`aflite_fast.checkpoint`).  With
+``null="permutation"`` every phase also scores its partitions with the labels permuted
+``n_null`` times and records how many rows reach tau by chance; ``stop="null"`` stops when
+the observed count does not exceed that (see :mod:`aflite_fast.null`).
 """
 import numbers
 import os
 import time
 from dataclasses import dataclass, field
-from typing import List
+from typing import List, Optional
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -28,6 +31,7 @@ from .data import encode_labels, open_embeddings, scan_rows
 from .groups import REMOVE_MODES, check_group_train_size, partition_groups, select_groups
 from .kernel import SolverOptions
 from .losses import resolve_loss
+from .null import check_null_args, null_codes, summarize
 
 
 #: Equal-width bins over [0, 1] of the per-phase score histogram (``PhaseRecord.score_hist``).
@@ -43,6 +47,14 @@ class PhaseRecord:
     (rows held out at least once) in :data:`SCORE_BINS` equal bins over [0, 1] (the last bin
     holds 1.0).  ``class_active`` and ``class_removed`` count rows per class (in the order of
     ``AFLiteResult.classes``) active at the start of the phase and removed by it.
+
+    With ``null="permutation"`` (else empty or None): ``null_above_tau`` holds the rows at or
+    above tau (counted as ``n_above_tau`` is) under each of the ``n_null`` label permutations,
+    ``null_mean`` and ``null_std`` their mean and standard deviation (None for one
+    permutation), ``null_share`` the mean's share of ``n_active``, ``null_excess`` the observed
+    ``n_above_tau`` minus ``null_mean``, ``null_margin`` the excess ``stop="null"`` asks for
+    (:func:`aflite_fast.null.summarize`) and ``null_seconds`` the part of ``seconds`` spent on
+    the null.
     """
 
     phase: int
@@ -57,6 +69,13 @@ class PhaseRecord:
     score_hist: List[int] = field(default_factory=list)
     class_active: List[int] = field(default_factory=list)
     class_removed: List[int] = field(default_factory=list)
+    null_above_tau: List[int] = field(default_factory=list)
+    null_mean: Optional[float] = None
+    null_std: Optional[float] = None
+    null_share: Optional[float] = None
+    null_excess: Optional[float] = None
+    null_margin: Optional[float] = None
+    null_seconds: float = 0.0
 
     def as_dict(self):
         return dict(self.__dict__)
@@ -168,18 +187,43 @@ def _select(scores, prob_label, seen, tau, budget):
     return eligible[order[:budget]], eligible.size
 
 
-def _run_parameters(settings, spec, entropy, tol, max_iter, remove):
-    """What a checkpoint must agree on: every setting that changes the result."""
-    return dict(target_size=settings.target_size, n_partitions=settings.n_partitions,
-                train_size=settings.train_size, slice_size=settings.slice_size, tau=settings.tau,
-                C=settings.C, loss=spec.name, loss_code=int(spec.code), loss_params=spec.params.tolist(),
-                tol=float(tol), max_iter=int(max_iter), seed=int(entropy), remove=remove)
+def _eligible(res, active_groups, remove, tau, budget):
+    """Positions to remove (at most ``budget`` rows) and the rows that could be removed, from
+    one phase's :class:`~aflite_fast.engine.PhaseScores`: per row or per group."""
+    if remove == "group":
+        return select_groups(res.scores, res.prob_label, res.seen, active_groups, tau, budget)
+    return _select(res.scores, res.prob_label, res.seen, tau, budget)
+
+
+def _null_pass(score_phase, X, codes, active, center, train_pos, entropy, phase, n_null, active_groups,
+               remove, tau, solver):
+    """Rows at or above tau under ``n_null`` label permutations of this phase, on its partitions
+    (:mod:`aflite_fast.null`): each a cold-started ``score_phase``, counted as the observed rows are."""
+    counts = []
+    for i in range(n_null):
+        permuted = null_codes(codes, active, entropy, phase, i, active_groups)
+        res = score_phase(X, permuted, active, center, train_pos, warm_coef=None, **solver)
+        counts.append(_eligible(res, active_groups, remove, tau, 0)[1])
+        del res, permuted
+    return summarize(counts)
+
+
+def _run_parameters(settings, spec, entropy, tol, max_iter, remove, null, n_null, stop):
+    """What a checkpoint must agree on: every setting that changes the result (the null's only
+    when it runs, so checkpoints of runs without one stay valid)."""
+    params = dict(target_size=settings.target_size, n_partitions=settings.n_partitions,
+                  train_size=settings.train_size, slice_size=settings.slice_size, tau=settings.tau,
+                  C=settings.C, loss=spec.name, loss_code=int(spec.code), loss_params=spec.params.tolist(),
+                  tol=float(tol), max_iter=int(max_iter), seed=int(entropy), remove=remove)
+    if null is not None:
+        params.update(null=null, n_null=int(n_null), stop=stop)
+    return params
 
 
 def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, tau=0.75, C=1.0,
            loss="ce", loss_params=None, max_memory=None, random_state=None, n_jobs=None,
            progress=True, tol=1e-4, max_iter=1000, backend="local", client=None, groups=None,
-           remove="row", checkpoint=None):
+           remove="row", checkpoint=None, null=None, n_null=1, stop="paper"):
     """Filter the most predictable rows of (X, y) with AFLite.
 
     Parameters
@@ -239,6 +283,25 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
         A file where the state is saved (atomically) after every phase.  If it exists, the run
         continues from it and gives the result of an uninterrupted run; a checkpoint of other
         parameters or data is a ValueError and is left untouched.  See docs/curation.md.
+    null : {None, "permutation"}, default=None
+        ``"permutation"``: every phase scores its own partitions ``n_null`` more times, each
+        with the active rows' labels permuted (class counts kept; with ``groups``, groups of
+        one size exchange their labels whole), and records in its PhaseRecord how many rows
+        reach tau by chance (``null_above_tau``, ``null_mean``, ``null_std``, ``null_share``,
+        ``null_excess``, ``null_margin``).  Each permutation costs about one more phase; the
+        null models start cold, so the observed result (keep, removed, scores) is bitwise that
+        of a run without the null unless ``stop`` uses it.  See docs/null.md and
+        :mod:`aflite_fast.null`.
+    n_null : int, default=1
+        Permutations per phase.  The stop rule needs a spread: with one permutation only the
+        Poisson floor ``sqrt(mean)`` is known, which real scores exceed (docs/null.md); use 3
+        or more with ``stop="null"``.
+    stop : {"paper", "null", "both"}, default="paper"
+        ``"paper"``: stop after the first phase where fewer than ``slice_size`` rows reach tau
+        (those are removed; Algorithm 1).  ``"null"`` (needs ``null``): stop at the first phase
+        whose rows at or above tau do not exceed the null's mean by its margin
+        (``3 * max(std, sqrt(mean)) * sqrt(1 + 1/n_null)``); that phase removes nothing, the
+        "fewer than k" rule is not applied.  ``"both"``: whichever comes first.
 
     Returns
     -------
@@ -268,6 +331,7 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
         raise ValueError(f"remove must be 'row' or 'group', got {remove!r}")
     if remove == "group" and groups is None:
         raise ValueError("remove='group' needs groups (a group id per row)")
+    n_null = check_null_args(null, n_null, stop)
     group_codes = partition_groups(groups, n_rows, settings.train_rows(n_rows))
     spec = resolve_loss(loss, loss_params, labels.n_classes)
     n_threads = effective_n_threads(n_jobs) if backend == "local" else n_jobs
@@ -280,7 +344,7 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
     engine.parse_memory(max_memory)  # fail early on a bad budget string
     state = None
     if store is not None:
-        state = store.start(_run_parameters(settings, spec, entropy, tol, max_iter, remove),
+        state = store.start(_run_parameters(settings, spec, entropy, tol, max_iter, remove, null, n_null, stop),
                             data_fingerprint(X, labels.codes, labels.classes, group_codes))
     if state is None:
         state = LoopState(phase=0, active=np.arange(n_rows, dtype=np.int64), removed=np.empty(0, dtype=np.int64),
@@ -301,6 +365,8 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
     warm_mean = state.warm_mean
     ended = state.stop_reason  # why the last phase ended the run, if it did
     stop_reason = ended or "target_size reached"
+    solver = dict(n_classes=labels.n_classes, C=settings.C, loss=spec, options=options, max_memory=max_memory,
+                  n_threads=n_threads)
     bar = tqdm(total=max(0, n_rows - settings.target_size), initial=int(state.removed.size),
                disable=not progress, unit="row", desc="AFLite", leave=True)
     try:
@@ -318,36 +384,47 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
             train_pos = engine.partition_train_positions(entropy, phase, active.size, t, settings.n_partitions,
                                                          groups=active_groups)
             warm = None if warm_mean is None else np.repeat(warm_mean[None], settings.n_partitions, axis=0)
-            res = score_phase(X, labels.codes, active, center, train_pos, n_classes=labels.n_classes,
-                              C=settings.C, loss=spec, options=options, max_memory=max_memory,
-                              n_threads=n_threads, warm_coef=warm)
+            res = score_phase(X, labels.codes, active, center, train_pos, warm_coef=warm, **solver)
             warm_mean = res.coef.mean(axis=0)
             phase_scores = res.scores
             scores[active] = phase_scores
             budget = min(settings.slice_size, active.size - settings.target_size)
-            if remove == "group":
-                chosen, n_eligible = select_groups(phase_scores, res.prob_label, res.seen, active_groups,
-                                                   settings.tau, budget)
-            else:
-                chosen, n_eligible = _select(phase_scores, res.prob_label, res.seen, settings.tau, budget)
+            chosen, n_eligible = _eligible(res, active_groups, remove, settings.tau, budget)
+            observed = dict(n_scored=int(np.count_nonzero(res.seen)), n_blocks=res.n_blocks,
+                            mean_iterations=float(res.n_iter.mean()),
+                            score_hist=np.histogram(phase_scores[res.seen > 0], bins=SCORE_BINS,
+                                                    range=(0.0, 1.0))[0].tolist())
+            del res  # the null passes reuse the engine's memory budget
+            null_record, by_chance = {}, False
+            if null is not None:
+                null_start = time.perf_counter()
+                summary = _null_pass(score_phase, X, labels.codes, active, center, train_pos, entropy, phase,
+                                     n_null, active_groups, remove, settings.tau, solver)
+                null_record = dict(null_above_tau=summary.counts, null_mean=summary.mean, null_std=summary.std,
+                                   null_share=summary.mean / active.size, null_excess=n_eligible - summary.mean,
+                                   null_margin=summary.margin, null_seconds=time.perf_counter() - null_start)
+                by_chance = stop != "paper" and summary.within(n_eligible)
+                if by_chance:  # no more rows reach tau than chance gives: none of them goes
+                    chosen = chosen[:0]
             removed.append(active[chosen])
             removed_phase.append(np.full(chosen.size, phase, dtype=np.int64))
             keep_pos = np.ones(active.size, dtype=bool)
             keep_pos[chosen] = False
             history.append(PhaseRecord(
-                phase=phase, n_active=int(active.size), train_size=t,
-                n_scored=int(np.count_nonzero(res.seen)), n_above_tau=int(n_eligible),
-                n_removed=int(chosen.size), n_blocks=res.n_blocks,
-                mean_iterations=float(res.n_iter.mean()), seconds=time.perf_counter() - start,
-                score_hist=np.histogram(phase_scores[res.seen > 0], bins=SCORE_BINS,
-                                        range=(0.0, 1.0))[0].tolist(),
+                phase=phase, n_active=int(active.size), train_size=t, n_above_tau=int(n_eligible),
+                n_removed=int(chosen.size), seconds=time.perf_counter() - start, **observed,
                 class_active=np.bincount(labels.codes[active], minlength=labels.n_classes).tolist(),
-                class_removed=np.bincount(labels.codes[active[chosen]], minlength=labels.n_classes).tolist()))
+                class_removed=np.bincount(labels.codes[active[chosen]], minlength=labels.n_classes).tolist(),
+                **null_record))
             active = active[keep_pos]
             bar.update(int(chosen.size))
-            bar.set_postfix(phase=phase, active=int(active.size), above_tau=int(n_eligible))
+            bar.set_postfix(phase=phase, active=int(active.size), above_tau=int(n_eligible),
+                            **({} if null is None else {"null": round(summary.mean, 1)}))
             phase += 1
-            if n_eligible < settings.slice_size:
+            if by_chance:
+                ended = (f"the {n_eligible} rows at or above tau={settings.tau} do not exceed the permutation "
+                         f"null ({summary.mean:.1f}, mean of {n_null}) by its margin ({summary.margin:.1f})")
+            elif stop != "null" and n_eligible < settings.slice_size:
                 ended = f"fewer than slice_size={settings.slice_size} rows reached tau={settings.tau}"
             elif chosen.size == 0:  # remove="group" only: no eligible group fits in the budget
                 ended = (f"the groups that reached tau={settings.tau} are all larger than the "

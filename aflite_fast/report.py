@@ -2,8 +2,9 @@
 
 a. Everything drawn is read from the report written by ``aflite-fast filter``: the history
    (``n_active``, ``n_above_tau``, ``score_hist``, ``class_active``, ``class_removed`` of
-   every phase), ``parameters`` (tau, target_size), ``classes`` and ``class_counts``; so a
-   run can be drawn again later, or on another machine.
+   every phase, and with ``--null`` ``null_mean`` and ``null_margin``), ``parameters`` (tau,
+   target_size, n_null), ``classes`` and ``class_counts``; so a run can be drawn again
+   later, or on another machine.
 b. The figure is a row of panels, one function each, listed in :data:`PANELS`; a panel takes
    ``(ax, report)`` and draws on ``ax``.  A new kind of per-phase record gets its panel by
    adding a function to the list.
@@ -49,7 +50,9 @@ def _axes(ax, report, title, xlabel, ylabel):
 
 
 def filtering_curve(ax, report):
-    """Rows active at the start of each phase (and kept at the end), and rows at or above tau."""
+    """Rows active at the start of each phase (and kept at the end), rows at or above tau, and
+    (runs with a null) the mean count under the label permutations, shaded up to the margin
+    ``stop="null"`` asks the observed count to exceed."""
     history = _axes(ax, report, "filtering curve", "phase", "rows")
     if history is None:
         return
@@ -58,10 +61,23 @@ def filtering_curve(ax, report):
     ax.plot(phases, active, marker="o", label="active")
     ax.plot(phases[:-1], [h["n_above_tau"] for h in history], marker="s",
             label=f"score >= tau ({report['parameters']['tau']:g})")
+    _null_counts(ax, phases[:-1], history, report)
     ax.axhline(report["parameters"]["target_size"], color="0.5", ls=":", label="target size")
     ax.set_ylim(bottom=0)
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.legend(fontsize="small")
+
+
+def _null_counts(ax, phases, history, report):
+    with_null = [(p, h) for p, h in zip(phases, history) if h.get("null_mean") is not None]
+    if not with_null:
+        return
+    at = np.array([p for p, _ in with_null])
+    mean = np.array([h["null_mean"] for _, h in with_null])
+    margin = np.array([h["null_margin"] for _, h in with_null])
+    n_null = report["parameters"].get("n_null", len(with_null[0][1].get("null_above_tau", [])))
+    line, = ax.plot(at, mean, marker="^", ls="--", label=f">= tau, labels permuted (mean of {n_null})")
+    ax.fill_between(at, mean, mean + margin, color=line.get_color(), alpha=0.2, label="+ margin of stop='null'")
 
 
 def score_histograms(ax, report):

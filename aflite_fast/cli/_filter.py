@@ -9,6 +9,7 @@ from ..algorithm import aflite
 from ..data import open_embeddings, read_labels_file
 from ..groups import REMOVE_MODES
 from ..losses import LOSS_NAMES
+from ..null import STOP_RULES
 from ._output import AtomicOutputDir
 
 
@@ -55,6 +56,17 @@ def add_parser(subparsers):
     p.add_argument("--checkpoint", default=None, metavar="PATH",
                    help="save the state after every phase to PATH (.npz); rerunning the same command "
                         "continues from it with the same result; other parameters or data are refused")
+    p.add_argument("--null", choices=["permutation"], default=None,
+                   help="also score every phase's partitions with the labels permuted (class counts "
+                        "kept; whole groups with --groups) and record how many rows reach tau by chance "
+                        "(report.json history: null_*); each permutation costs about one more phase")
+    p.add_argument("--n-null", type=int, default=1, metavar="N",
+                   help="label permutations per phase with --null (default 1; 3 or more for --stop null)")
+    p.add_argument("--stop", choices=STOP_RULES, default="paper",
+                   help="paper (default): stop when fewer than slice-size rows reach tau; null (needs "
+                        "--null): stop, removing nothing more, when the rows at or above tau do not "
+                        "exceed the null's mean + 3 sd (at least sqrt(mean)) x sqrt(1 + 1/N); both: "
+                        "whichever comes first (docs/null.md)")
     p.add_argument("--plot", action="store_true",
                    help="also draw DIR/report.png (see 'aflite-fast report'); needs aflite_fast[plots]")
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary")
@@ -75,6 +87,10 @@ def run(args):
     if args.remove == "group" and args.groups is None:
         raise ValueError("--remove group needs --groups FILE")
     groups = None if args.groups is None else _read_groups(args.groups)
+    if args.n_null < 1:
+        raise ValueError(f"--n-null must be >= 1, got {args.n_null}")
+    if args.stop != "paper" and args.null is None:
+        raise ValueError(f"--stop {args.stop} needs --null permutation")
     if args.plot:
         from ..report import require_matplotlib
 
@@ -82,7 +98,8 @@ def run(args):
     params = dict(target_size=args.target_size, n_partitions=args.partitions,
                   train_size=args.train_size, slice_size=args.slice_size, tau=args.tau, C=args.C,
                   loss=args.loss, max_memory=args.max_memory, random_state=args.seed,
-                  n_jobs=args.threads, remove=args.remove)
+                  n_jobs=args.threads, remove=args.remove, null=args.null, n_null=args.n_null,
+                  stop=args.stop)
     extra = {}
     if args.scheduler:
         from ..distributed import close_client, connect  # needs the extra aflite_fast[dask]
