@@ -15,11 +15,16 @@ e. Must show: on permuted labels ``stop="null"`` removes at most k rows (none fo
    biased rows among the kept well below 0.75).
 f. Checkpoints carry the null: a run interrupted and resumed gives the uninterrupted history,
    null fields included; another n_null is refused.  Bad arguments are ValueErrors naming them.
+g. The command line: ``filter --null --n-null --stop`` writes the null's parameters and fields
+   in report.json, the filtering curve draws the null's mean and margin; bad flags exit 2.
 """
+import json
+
 import numpy as np
 import pytest
 
-from aflite_fast import aflite, engine, predictability
+from aflite_fast import aflite, engine, predictability, report
+from aflite_fast.cli import main
 from aflite_fast.groups import select_groups
 from aflite_fast.null import NULL_TAG, null_seed, permuted_labels, summarize
 from aflite_fast.synthetic import make_biased_circles
@@ -228,3 +233,42 @@ def test_resume_carries_the_null(circles, tmp_path, monkeypatch):
 def test_bad_null_arguments(circles, kwargs, match):
     with pytest.raises(ValueError, match=match):
         aflite(circles.X, circles.y, random_state=0, **dict(RUN, **kwargs))
+
+
+def test_cli_null_in_report_json_and_figure(tmp_path, circles, capsys):
+    np.save(tmp_path / "emb.npy", circles.X)
+    np.save(tmp_path / "labels.npy", circles.y)
+    args = ["filter", str(tmp_path / "emb.npy"), str(tmp_path / "labels.npy"), "--target-size", "250",
+            "--partitions", "16", "--train-size", "0.2", "--slice-size", "20", "--seed", "4", "--threads", "1",
+            "--quiet"]
+    out = tmp_path / "out"
+    assert main(args + ["--out", str(out), "--null", "permutation", "--n-null", "2", "--stop", "both"]) == 0
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["parameters"]["null"] == "permutation" and rep["parameters"]["n_null"] == 2
+    assert rep["parameters"]["stop"] == "both"
+    api = aflite(circles.X, circles.y, null="permutation", n_null=2, stop="both", random_state=4, **RUN)
+    assert [h["null_above_tau"] for h in rep["history"]] == [h.null_above_tau for h in api.history]
+    assert all(set(NULL_FIELDS) <= set(h) for h in rep["history"])
+    assert rep["stop_reason"] == api.stop_reason
+    # the filtering curve draws the null's mean and margin
+    plt = report.require_matplotlib()
+    fig, ax = plt.subplots()
+    report.filtering_curve(ax, rep)
+    labels = [line.get_label() for line in ax.get_lines()] + [c.get_label() for c in ax.collections]
+    plt.close(fig)
+    assert ">= tau, labels permuted (mean of 2)" in labels and "+ margin of stop='null'" in labels
+    report.draw_report(rep, str(tmp_path / "r.png"))
+    assert (tmp_path / "r.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # a run without the null draws neither
+    plain = dict(rep, history=[{k: v for k, v in h.items() if k not in NULL_FIELDS} for h in rep["history"]])
+    fig, ax = plt.subplots()
+    report.filtering_curve(ax, plain)
+    assert len(ax.get_lines()) == 3 and not ax.collections
+    plt.close(fig)
+    # bad flags: exit code 2, one line naming the flag, nothing written
+    capsys.readouterr()
+    assert main(args + ["--out", str(tmp_path / "bad"), "--stop", "null"]) == 2
+    assert "--stop null needs --null permutation" in capsys.readouterr().err
+    assert main(args + ["--out", str(tmp_path / "bad"), "--null", "permutation", "--n-null", "0"]) == 2
+    assert "--n-null" in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()
