@@ -6,7 +6,8 @@ b. ``score_phase_dask`` gives ``engine.score_phase``'s coefficients and counts b
    with several blocks of partitions, float16 shards read from .npy files on the workers, and
    summed probabilities; it reports the bytes it moved.
 c. Partitions drawn as whole groups (padded training positions) give the local result; a
-   checkpoint written with the dask backend is accepted by a local run.
+   checkpoint written with the dask backend is accepted by a local run; the permutation null's
+   counts are the local ones.
 d. Bad input gets a clear error (NaN in X names the row, unknown backend, wrong dtype).
 """
 import os
@@ -83,6 +84,19 @@ def test_groups_dask_matches_local(client, seed, tmp_path):
     again = aflite(X, y, checkpoint=ckpt, **kw)
     assert again.resumed_from == len(local.history)
     np.testing.assert_array_equal(again.removed, local.removed)
+
+
+def test_null_dask_matches_local(client, seed):
+    """The permutation null (issue 15) scores on the cluster: the same counts as locally."""
+    rng = np.random.default_rng(seed + 15)
+    X, y = make_problem(rng, 1000, 12, 2, signal=0.5)
+    kw = dict(target_size=700, n_partitions=6, train_size=0.5, slice_size=100, tau=0.6,
+              random_state=seed + 3, progress=False, null="permutation", n_null=2, stop="both")
+    local = aflite(X, y, **kw)
+    remote = aflite(da.from_array(X, chunks=(400, 12)), y, backend="dask", **kw)
+    assert [h.null_above_tau for h in remote.history] == [h.null_above_tau for h in local.history]
+    np.testing.assert_array_equal(remote.removed, local.removed)
+    assert remote.stop_reason == local.stop_reason
 
 
 def test_score_phase_bitwise_shards_float16_blocks(client, seed, tmp_path):

@@ -19,6 +19,7 @@ g. The command line: ``filter --null --n-null --stop`` writes the null's paramet
    in report.json, the filtering curve draws the null's mean and margin; bad flags exit 2.
 """
 import json
+import os
 
 import numpy as np
 import pytest
@@ -47,10 +48,8 @@ def _observed(history):
 
 
 def _same_observed(a, b):
-    assert np.array_equal(a.keep, b.keep)
-    assert np.array_equal(a.removed, b.removed)
-    assert np.array_equal(a.removed_phase, b.removed_phase)
-    assert np.array_equal(a.scores, b.scores, equal_nan=True)
+    for name in ("keep", "removed", "removed_phase", "scores"):
+        assert np.array_equal(getattr(a, name), getattr(b, name), equal_nan=True), name
     assert _observed(a.history) == _observed(b.history)
 
 
@@ -272,3 +271,10 @@ def test_cli_null_in_report_json_and_figure(tmp_path, circles, capsys):
     assert main(args + ["--out", str(tmp_path / "bad"), "--null", "permutation", "--n-null", "0"]) == 2
     assert "--n-null" in capsys.readouterr().err
     assert not (tmp_path / "bad").exists()
+
+
+def test_docs_describe_the_null():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    text = open(os.path.join(root, "docs", "null.md"), encoding="utf-8").read()
+    assert "figure_null.png" in text and os.path.getsize(os.path.join(root, "docs", "figure_null.png")) > 0
+    assert "docs/null.md" in open(os.path.join(root, "README.md"), encoding="utf-8").read()
