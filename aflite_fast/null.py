@@ -15,10 +15,11 @@ b. Seeds (:func:`null_seed`): permutation i of phase p draws from
    ``SeedSequence(entropy, spawn_key=(p, NULL_TAG, i))``.  Partition j of phase p draws from
    ``spawn_key=(p, j)``; a key of three words is never one of two, so the two streams never
    share a seed, and neither depends on the thread count.
-c. Scoring: the caller runs ``score_phase`` (the same engine and batched kernel) on the same
-   training positions with the permuted codes and a cold start (zero coefficients), so the
-   null models never touch the observed models' warm start, and counts the rows at or above
-   tau exactly as it counts the observed ones.
+c. Scoring: in every phase (not every few), after the observed models, the caller runs
+   ``score_phase`` (the same engine and batched kernel) ``n_null`` times on the same training
+   positions with the permuted codes and a cold start (zero coefficients), so the null models
+   never touch the observed models' warm start, and counts the rows at or above tau exactly as
+   it counts the observed ones.
 d. Summary (:func:`summarize`): mean and standard deviation (ddof=1, None for one
    permutation) of the counts over ``n_null`` permutations, and the stop rule's margin
    ``NULL_SIGMAS * sigma * sqrt(1 + 1/n_null)``, where sigma is the larger of the counts'
