@@ -16,6 +16,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from . import engine
+from ._solver_status import DataScale, check_trained, status_counts, warn_not_converged
 from ._threads import effective_n_threads
 from .data import encode_labels, open_embeddings, scan_rows
 from .kernel import SolverOptions
@@ -35,6 +36,8 @@ class PhaseRecord:
     n_blocks: int
     mean_iterations: float
     seconds: float
+    #: Models of the phase by solver status (``kernel.STATUS_NAMES``), every name present.
+    solver_status: dict = field(default_factory=dict)
 
     def as_dict(self):
         return dict(self.__dict__)
@@ -195,6 +198,16 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
     ValueError
         For inconsistent inputs: X not 2-D, NaN/inf in X, lengths differ, a single class,
         a class with fewer than two rows, ``train_size`` >= rows, ``tau`` outside [0, 1], ...
+        Also when a partition's model did not move from its starting point (no solver step
+        and not converged), or did not converge on X whose values are too large for the
+        float32 solver (e.g. float32 rows scaled by 1e12): the message names the likely
+        cause; such models are never reported.
+
+    Warns
+    -----
+    sklearn.exceptions.ConvergenceWarning
+        When any partition's model stopped without converging (max_iter, a failed line
+        search, a non-finite value); ``history[i].solver_status`` counts them per phase.
     """
     if backend == "dask":
         from . import distributed
@@ -215,6 +228,7 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
     engine.parse_memory(max_memory)  # fail early on a bad budget string
 
     center = scan(X).astype(np.float32)
+    scale = DataScale(X if backend == "local" else None, center)  # read only if a model fails
     active = np.arange(n_rows, dtype=np.int64)
     scores = np.full(n_rows, np.nan)
     removed, removed_phase, history = [], [], []
@@ -234,6 +248,8 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
             res = score_phase(X, labels.codes, active, center, train_pos, n_classes=labels.n_classes,
                               C=settings.C, loss=spec, options=options, max_memory=max_memory,
                               n_threads=n_threads, warm_coef=warm)
+            # an untrained model's votes are noise: never report them (ValueError naming the cause)
+            check_trained(res.n_iter, res.status, scale, what="partition model")
             # Next phase's partitions are new random subsets: start every one of them from
             # the mean of this phase's models (close to the full-data optimum), which took
             # about 9% fewer L-BFGS steps than starting partition j from its predecessor.
@@ -250,7 +266,8 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
                 phase=phase, n_active=int(active.size), train_size=t,
                 n_scored=int(np.count_nonzero(res.seen)), n_above_tau=int(n_eligible),
                 n_removed=int(chosen.size), n_blocks=res.n_blocks,
-                mean_iterations=float(res.n_iter.mean()), seconds=time.perf_counter() - start))
+                mean_iterations=float(res.n_iter.mean()), seconds=time.perf_counter() - start,
+                solver_status=status_counts(res.status)))
             active = active[keep_pos]
             bar.update(int(chosen.size))
             bar.set_postfix(phase=phase, active=int(active.size), above_tau=int(n_eligible))
@@ -260,6 +277,8 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
                 break
     finally:
         bar.close()
+    warn_not_converged({name: sum(h.solver_status[name] for h in history) for name in
+                        (history[0].solver_status if history else {})}, what="partition model")
     return AFLiteResult(
         keep=active,
         removed=np.concatenate(removed) if removed else np.empty(0, dtype=np.int64),

@@ -4,6 +4,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import engine
+from ._solver_status import DataScale, check_trained, status_counts, warn_not_converged
 from ._threads import effective_n_threads
 from .algorithm import validate_settings
 from .data import encode_labels, open_embeddings, scan_rows
@@ -25,6 +26,8 @@ class PredictabilityResult:
         Mean held-out probability of the given label (NaN where seen == 0).
     n_iter : ndarray (n_partitions,) int32
         L-BFGS iterations of each partition's model.
+    status : ndarray (n_partitions,) int32
+        Solver status code of each partition's model (names: ``kernel.STATUS_NAMES``).
     """
 
     scores: np.ndarray
@@ -32,6 +35,12 @@ class PredictabilityResult:
     seen: np.ndarray
     prob_label: np.ndarray
     n_iter: np.ndarray
+    status: np.ndarray = None
+
+    @property
+    def solver_status(self):
+        """Models by solver status name, e.g. ``{"converged": 64, "max_iter": 0, ...}``."""
+        return status_counts(self.status)
 
 
 def predictability(X, y, *, n_partitions=64, train_size, C=1.0, loss="ce", loss_params=None,
@@ -44,6 +53,17 @@ def predictability(X, y, *, n_partitions=64, train_size, C=1.0, loss="ce", loss_
     Returns
     -------
     PredictabilityResult
+
+    Raises
+    ------
+    ValueError
+        As :func:`aflite`, including partition models that did not move from their start or
+        did not converge on badly scaled X.
+
+    Warns
+    -----
+    sklearn.exceptions.ConvergenceWarning
+        When any partition's model stopped without converging.
     """
     X = open_embeddings(X)
     n_rows = X.shape[0]
@@ -59,7 +79,9 @@ def predictability(X, y, *, n_partitions=64, train_size, C=1.0, loss="ce", loss_
     res = engine.score_phase(X, labels.codes, active, center, train_pos, n_classes=labels.n_classes,
                              C=settings.C, loss=spec, options=SolverOptions(tol=tol, max_iter=max_iter),
                              max_memory=max_memory, n_threads=effective_n_threads(n_jobs))
+    check_trained(res.n_iter, res.status, DataScale(X, center), what="partition model")
+    warn_not_converged(status_counts(res.status), what="partition model")
     with np.errstate(invalid="ignore", divide="ignore"):
         mean_prob = np.where(res.seen > 0, res.prob_label / np.maximum(res.seen, 1), np.nan)
     return PredictabilityResult(scores=res.scores, correct=res.correct, seen=res.seen,
-                                prob_label=mean_prob, n_iter=res.n_iter)
+                                prob_label=mean_prob, n_iter=res.n_iter, status=res.status)
