@@ -133,7 +133,12 @@ class OutputSet:
             missing.append(path)
             path = os.path.dirname(path)
         for d in reversed(missing):
-            os.mkdir(d)
+            try:
+                os.mkdir(d)
+            except FileExistsError:
+                if not os.path.isdir(d):
+                    raise
+                continue  # another run made it a moment ago: not ours to remove
             self._created.append(d)
 
     def _acquire_lock(self):
@@ -300,9 +305,12 @@ class OutputSet:
             if not self._committed:
                 if self._staging is not None:
                     _remove(self._staging)
-                if self._locked and self._current_target() is None:
-                    # nothing was ever committed here: leave no trace (lock file included)
-                    _remove(self._state)
+                if self._locked:
+                    if os.path.isdir(self.path):
+                        self._remove_stray_links(self._current_names())  # links placed for us
+                    if self._current_target() is None:
+                        # nothing was ever committed here: leave no trace (lock file included)
+                        _remove(self._state)
                 for d in reversed(self._created):
                     try:
                         os.rmdir(d)  # only if empty

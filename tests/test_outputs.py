@@ -234,6 +234,25 @@ def test_plain_files_become_links_and_other_names_go(tmp_path, output_files):
     assert output_files(tmp_path) == ["b.txt"] and (tmp_path / "b.txt").read_text() == "3"
 
 
+def test_failed_commit_before_the_switch_leaves_nothing(tmp_path, monkeypatch):
+    real = os.replace
+    calls = []
+
+    def replace(src, dst, **kw):  # the links for the names are placed, then the switch fails
+        calls.append(dst)
+        if os.path.basename(dst) == "current":
+            raise OSError(errno.EIO, "Input/output error (injected)")
+        return real(src, dst, **kw)
+
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(OSError, match="injected"):
+        with OutputSet(tmp_path / "new" / "out", ["a.txt", "b.txt"]) as out:
+            out.save_text("a.txt", "1")
+            out.save_text("b.txt", "2")
+    assert [os.path.basename(c) for c in calls] == ["a.txt", "b.txt", "current"]
+    assert os.listdir(tmp_path) == []  # nor the parent it created
+
+
 def test_incomplete_set_is_not_committed(tmp_path):
     with pytest.raises(RuntimeError, match="b.txt"):
         with OutputSet(tmp_path / "o", ["a.txt", "b.txt"]) as out:
