@@ -25,10 +25,12 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from . import engine
+from ._mode_names import REMOVE_MODES
+from ._solver_status import DataScale, check_trained, status_counts, total_status, warn_not_converged
 from ._threads import effective_n_threads
 from .checkpoint import Checkpoint, LoopState, data_fingerprint
 from .data import encode_labels, open_embeddings, scan_rows
-from .groups import REMOVE_MODES, check_group_train_size, partition_groups, select_groups
+from .groups import check_group_train_size, partition_groups, select_groups
 from .kernel import SolverOptions
 from .losses import resolve_loss
 from .null import check_null_args, null_codes, summarize
@@ -55,6 +57,9 @@ class PhaseRecord:
     ``n_above_tau`` minus ``null_mean``, ``null_margin`` the excess ``stop="null"`` asks for
     (:func:`aflite_fast.null.summarize`) and ``null_seconds`` the part of ``seconds`` spent on
     the null.
+
+    ``solver_status`` counts the phase's (observed) partition models by solver status
+    (``kernel.STATUS_NAMES``), every name present.
     """
 
     phase: int
@@ -76,6 +81,7 @@ class PhaseRecord:
     null_excess: Optional[float] = None
     null_margin: Optional[float] = None
     null_seconds: float = 0.0
+    solver_status: dict = field(default_factory=dict)
 
     def as_dict(self):
         return dict(self.__dict__)
@@ -196,13 +202,14 @@ def _eligible(res, active_groups, remove, tau, budget):
 
 
 def _null_pass(score_phase, X, codes, active, center, train_pos, entropy, phase, n_null, active_groups,
-               remove, tau, solver):
+               remove, tau, solver, scale):
     """Rows at or above tau under ``n_null`` label permutations of this phase, on its partitions
     (:mod:`aflite_fast.null`): each a cold-started ``score_phase``, counted as the observed rows are."""
     counts = []
     for i in range(n_null):
         permuted = null_codes(codes, active, entropy, phase, i, active_groups)
         res = score_phase(X, permuted, active, center, train_pos, warm_coef=None, **solver)
+        check_trained(res.n_iter, res.status, scale, what="null model")
         counts.append(_eligible(res, active_groups, remove, tau, 0)[1])
         del res, permuted
     return summarize(counts)
@@ -314,6 +321,16 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
         a class with fewer than two rows, ``train_size`` >= rows, ``tau`` outside [0, 1], bad
         ``groups`` (length, NaN, a single group, groups too large for ``train_size``), a
         checkpoint of another run, ...
+        Also when a partition's model did not move from its starting point (no solver step
+        and not converged), or did not converge on X whose values are too large for the
+        float32 solver (e.g. float32 rows scaled by 1e12): the message names the likely
+        cause; such models are never reported (null models included).
+
+    Warns
+    -----
+    sklearn.exceptions.ConvergenceWarning
+        When any partition's model stopped without converging (max_iter, a failed line
+        search, a non-finite value); ``history[i].solver_status`` counts them per phase.
     """
     if backend == "dask":
         from . import distributed
@@ -352,6 +369,7 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
     resumed_from = state.phase
 
     center = scan(X).astype(np.float32)
+    scale = DataScale(X if backend == "local" else None, center)  # read only if a model fails
     active, scores, phase = state.active, state.scores, state.phase
     removed, removed_phase = [state.removed], [state.removed_phase]
     try:
@@ -385,13 +403,15 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
                                                          groups=active_groups)
             warm = None if warm_mean is None else np.repeat(warm_mean[None], settings.n_partitions, axis=0)
             res = score_phase(X, labels.codes, active, center, train_pos, warm_coef=warm, **solver)
+            # an untrained model's votes are noise: never report them (ValueError naming the cause)
+            check_trained(res.n_iter, res.status, scale, what="partition model")
             warm_mean = res.coef.mean(axis=0)
             phase_scores = res.scores
             scores[active] = phase_scores
             budget = min(settings.slice_size, active.size - settings.target_size)
             chosen, n_eligible = _eligible(res, active_groups, remove, settings.tau, budget)
             observed = dict(n_scored=int(np.count_nonzero(res.seen)), n_blocks=res.n_blocks,
-                            mean_iterations=float(res.n_iter.mean()),
+                            mean_iterations=float(res.n_iter.mean()), solver_status=status_counts(res.status),
                             score_hist=np.histogram(phase_scores[res.seen > 0], bins=SCORE_BINS,
                                                     range=(0.0, 1.0))[0].tolist())
             del res  # the null passes reuse the engine's memory budget
@@ -399,7 +419,7 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
             if null is not None:
                 null_start = time.perf_counter()
                 summary = _null_pass(score_phase, X, labels.codes, active, center, train_pos, entropy, phase,
-                                     n_null, active_groups, remove, settings.tau, solver)
+                                     n_null, active_groups, remove, settings.tau, solver, scale)
                 null_record = dict(null_above_tau=summary.counts, null_mean=summary.mean, null_std=summary.std,
                                    null_share=summary.mean / active.size, null_excess=n_eligible - summary.mean,
                                    null_margin=summary.margin, null_seconds=time.perf_counter() - null_start)
@@ -439,6 +459,7 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
     finally:
         bar.close()
     removed = np.concatenate(removed)
+    warn_not_converged(total_status(h.solver_status for h in history), what="partition model")
     return AFLiteResult(
         keep=active, removed=removed, removed_phase=np.concatenate(removed_phase), scores=scores,
         history=history, classes=labels.classes, stop_reason=stop_reason,

@@ -5,9 +5,11 @@ a. Format: one ``.npz`` file, no pickle: the state's arrays (``active``, ``remov
    uint8 bytes: format name and version, the run's parameters, fingerprints of the data, the
    next phase, the stop reason when the last phase ended the run, and the history (each
    phase's ``PhaseRecord.as_dict()``, whatever fields it has).
-b. Atomic: the file is written under a unique hidden name in the checkpoint's directory,
-   fsynced, renamed over the previous one (``os.replace``) and the directory fsynced, so a
-   process killed at any moment leaves the previous or the new checkpoint, never a broken one.
+b. Atomic (:func:`aflite_fast._atomic.write_file_atomically`): the file is written under a
+   unique hidden name in the checkpoint's directory, fsynced, renamed over the previous one
+   (``os.replace``) and the directory fsynced, so a process killed at any moment leaves the
+   previous or the new checkpoint, never a broken one (the next save deletes the temporary
+   file such a kill can leave).
 c. Resume: an existing checkpoint must have been written with the same parameters and data
    (:meth:`Checkpoint.start` compares them and raises ValueError naming the difference,
    writing nothing).  It holds everything the next phase depends on, so a resumed run gives
@@ -24,7 +26,7 @@ from typing import List, Optional
 
 import numpy as np
 
-from ._atomic import write_files_atomically
+from ._atomic import write_file_atomically
 
 FORMAT = "aflite_fast-checkpoint"
 VERSION = 1
@@ -101,19 +103,6 @@ def _differences(saved, current, prefix=""):
         elif a != b:
             out.append((f"{prefix}{key}", a, b))
     return out
-
-
-def _fsync_dir(path):
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # some platforms cannot open a directory; the rename is still atomic
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 class Checkpoint:
@@ -211,10 +200,6 @@ class Checkpoint:
         def write(tmp):
             with open(tmp, "wb") as fh:
                 np.savez(fh, **arrays)
-                fh.flush()
-                os.fsync(fh.fileno())
 
-        folder, name = os.path.split(self.path)
-        write_files_atomically(folder, [(name, write)])
-        _fsync_dir(folder)
+        write_file_atomically(self.path, write)
         self._header = header

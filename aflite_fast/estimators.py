@@ -4,6 +4,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import check_is_fitted
 
 from . import kernel
+from ._solver_status import check_solver_result
 from ._threads import effective_n_threads
 from .algorithm import aflite
 from .data import encode_labels, open_embeddings, scan_rows
@@ -148,6 +149,7 @@ class RobustLogisticRegression(ClassifierMixin, BaseEstimator):
             Xa, labels.codes, member, labels.n_classes, C=kernel_C(C, labels.n_classes), loss=spec,
             options=kernel.SolverOptions(tol=self.tol, max_iter=self.max_iter),
             n_threads=effective_n_threads(self.n_jobs))
+        check_solver_result(info["n_iter"], info["status"], X, center)  # never an untrained model
         self._coef_full = kernel.uncenter_coef(coef[0], center.astype(np.float32).astype(np.float64))
         self.classes_ = labels.classes
         self.n_features_in_ = X.shape[1]

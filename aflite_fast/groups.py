@@ -18,9 +18,6 @@ d. ``select_groups`` is ``remove="group"``: a group goes as a whole when the mea
 """
 import numpy as np
 
-#: Values of ``remove=``: per row (the paper's rule) or whole groups.
-REMOVE_MODES = ("row", "group")
-
 
 def encode_groups(groups, n_rows):
     """Group ids of any sortable type -> int64 codes 0..G-1 (one per row), numbered in order

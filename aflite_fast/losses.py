@@ -37,8 +37,8 @@ from typing import Optional
 
 import numpy as np
 
-# codes match the enum in csrc/afl_losses.h
-_CODES = {"ce": 0, "gce": 1, "gce_trunc": 2, "mae": 3, "sce": 4, "forward": 5, "user": 6}
+from ._loss_names import LOSS_CODES as _CODES, LOSS_NAMES  # noqa: F401 (LOSS_NAMES: public)
+
 _USER_CODE = _CODES["user"]
 
 
@@ -116,8 +116,6 @@ _PARAMS = {
     "forward": _forward_params,
 }
 
-#: Names accepted by ``loss=`` everywhere (API and command line).
-LOSS_NAMES = tuple(_PARAMS)
 
 
 def _check_spec(spec):

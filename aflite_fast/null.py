@@ -36,10 +36,7 @@ from typing import List, Optional
 
 import numpy as np
 
-#: Values of ``null=``: no null (None) or label permutations.
-NULL_MODES = (None, "permutation")
-#: Values of ``stop=``: the paper's "fewer than k rows reach tau", the permutation null, or both.
-STOP_RULES = ("paper", "null", "both")
+from ._mode_names import NULL_MODES, STOP_RULES
 #: Standard deviations of the null count the observed count must exceed (see :func:`summarize`).
 NULL_SIGMAS = 3.0
 #: Middle word of a permutation's spawn key, "null" in ASCII; partition keys have two words.

@@ -10,13 +10,18 @@ b. The figure is a row of panels, one function each, listed in :data:`PANELS`; a
    adding a function to the list.
 c. matplotlib is the optional extra ``aflite_fast[plots]``: imported only to draw, and its
    absence is an ImportError that names the extra.
+d. report.png belongs to the output set of DIR (:class:`aflite_fast._atomic.OutputSet`):
+   ``filter --plot`` writes it with the other files; :func:`write_report_png` adds it to the
+   committed set, drawn from that set's report.json, under DIR's lock, and switches the set
+   in whole, so DIR's files always come from one run (a later ``filter`` without ``--plot``
+   drops it with the set it replaces).
 """
 import json
 import os
 
 import numpy as np
 
-from ._atomic import write_files_atomically
+from ._atomic import OutputSet
 
 REPORT_JSON = "report.json"
 REPORT_PNG = "report.png"
@@ -130,9 +135,10 @@ def draw_report(report, path):
         plt.close(fig)
 
 
-def read_report(out_dir):
-    """The dict of ``out_dir/report.json``; a ValueError naming the file if it is missing or bad."""
-    path = os.path.join(os.fspath(out_dir), REPORT_JSON)
+def read_report(out_dir, path=None):
+    """The dict of ``out_dir/report.json`` (or of ``path``); a ValueError naming the file if it is
+    missing or bad."""
+    path = os.path.join(os.fspath(out_dir), REPORT_JSON) if path is None else path
     try:
         with open(path, encoding="utf-8") as fh:
             report = json.load(fh)
@@ -146,8 +152,24 @@ def read_report(out_dir):
 
 
 def write_report_png(out_dir):
-    """Draw ``out_dir/report.png`` from ``out_dir/report.json`` (written atomically); returns its path."""
-    report = read_report(out_dir)
+    """Draw ``out_dir/report.png`` from ``out_dir/report.json`` and add it to the directory's
+    output set (module docstring, d); returns its path.
+
+    Raises
+    ------
+    ValueError
+        If ``out_dir`` is not a directory holding a report.json of ``aflite-fast filter``, or
+        another run holds its lock.
+    ImportError
+        Without matplotlib (before anything is written).
+    """
+    out_dir = os.fspath(out_dir)
+    if not os.path.isdir(out_dir):
+        raise ValueError(f"{out_dir!r} is not a directory")
     require_matplotlib()  # fail before writing anything
-    write_files_atomically(out_dir, [(REPORT_PNG, lambda tmp: draw_report(report, tmp))])
-    return os.path.join(os.fspath(out_dir), REPORT_PNG)
+    with OutputSet(out_dir, [REPORT_PNG], label="DIR", extend=True) as out:
+        # under the lock: the report.json of the set report.png joins (plain file if there is none)
+        carried = REPORT_JSON in out.names
+        report = read_report(out_dir, out.file(REPORT_JSON) if carried else None)
+        out.write(REPORT_PNG, lambda path: draw_report(report, path))
+    return os.path.join(out_dir, REPORT_PNG)

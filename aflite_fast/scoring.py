@@ -5,6 +5,7 @@ from typing import Optional
 import numpy as np
 
 from . import engine
+from ._solver_status import DataScale, check_trained, status_counts, warn_not_converged
 from ._threads import effective_n_threads
 from .algorithm import validate_settings
 from .data import encode_labels, open_embeddings, scan_rows
@@ -31,6 +32,8 @@ class PredictabilityResult:
     null_scores : ndarray (n_null, N) float64 or None
         With ``null="permutation"``: the scores of the same partitions under each label
         permutation (NaN for rows never held out); count them at any tau.
+    status : ndarray (n_partitions,) int32
+        Solver status code of each partition's model (names: ``kernel.STATUS_NAMES``).
     """
 
     scores: np.ndarray
@@ -39,6 +42,12 @@ class PredictabilityResult:
     prob_label: np.ndarray
     n_iter: np.ndarray
     null_scores: Optional[np.ndarray] = None
+    status: np.ndarray = None
+
+    @property
+    def solver_status(self):
+        """Models by solver status name, e.g. ``{"converged": 64, "max_iter": 0, ...}``."""
+        return status_counts(self.status)
 
 
 def predictability(X, y, *, n_partitions=64, train_size, C=1.0, loss="ce", loss_params=None,
@@ -56,6 +65,17 @@ def predictability(X, y, *, n_partitions=64, train_size, C=1.0, loss="ce", loss_
     Returns
     -------
     PredictabilityResult
+
+    Raises
+    ------
+    ValueError
+        As :func:`aflite`, including partition models that did not move from their start or
+        did not converge on badly scaled X.
+
+    Warns
+    -----
+    sklearn.exceptions.ConvergenceWarning
+        When any partition's model stopped without converging.
     """
     X = open_embeddings(X)
     n_rows = X.shape[0]
@@ -73,14 +93,20 @@ def predictability(X, y, *, n_partitions=64, train_size, C=1.0, loss="ce", loss_
     solver = dict(n_classes=labels.n_classes, C=settings.C, loss=spec,
                   options=SolverOptions(tol=tol, max_iter=max_iter), max_memory=max_memory,
                   n_threads=effective_n_threads(n_jobs))
+    scale = DataScale(X, center)  # read only if a model failed
     res = engine.score_phase(X, labels.codes, active, center, train_pos, **solver)
+    check_trained(res.n_iter, res.status, scale, what="partition model")
+    warn_not_converged(status_counts(res.status), what="partition model")
     null_scores = None
     if null is not None:
-        null_scores = np.stack([
-            engine.score_phase(X, null_codes(labels.codes, active, entropy, 0, i, group_codes), active, center,
-                               train_pos, **solver).scores
-            for i in range(n_null)])
+        null_runs = []
+        for i in range(n_null):
+            null_res = engine.score_phase(X, null_codes(labels.codes, active, entropy, 0, i, group_codes), active,
+                                          center, train_pos, **solver)
+            check_trained(null_res.n_iter, null_res.status, scale, what="null model")
+            null_runs.append(null_res.scores)
+        null_scores = np.stack(null_runs)
     with np.errstate(invalid="ignore", divide="ignore"):
         mean_prob = np.where(res.seen > 0, res.prob_label / np.maximum(res.seen, 1), np.nan)
-    return PredictabilityResult(scores=res.scores, correct=res.correct, seen=res.seen,
-                                prob_label=mean_prob, n_iter=res.n_iter, null_scores=null_scores)
+    return PredictabilityResult(scores=res.scores, correct=res.correct, seen=res.seen, prob_label=mean_prob,
+                                n_iter=res.n_iter, null_scores=null_scores, status=res.status)

@@ -10,7 +10,8 @@ b. The command line: a run killed with SIGKILL after its second phase and restar
 c. Other parameters or data (tau, seed, loss, X, y, groups) are a ValueError naming the
    difference, and the file is not touched; a file that is not a checkpoint is refused.
 d. Writing is atomic: a write that fails half-way leaves the previous checkpoint whole and
-   no temporary file.
+   no temporary file; the temporary file a killed writer leaves is deleted by the next save
+   (one of a live process is not).
 """
 import json
 import os
@@ -22,6 +23,7 @@ import numpy as np
 import pytest
 
 from aflite_fast import aflite, checkpoint, engine
+from aflite_fast._atomic import STATE_DIR
 from aflite_fast.cli import main
 
 N = 1200
@@ -175,6 +177,19 @@ def test_a_failed_write_keeps_the_previous_checkpoint(data, tmp_path, monkeypatc
     _same(aflite(X, y, **RUN), aflite(X, y, checkpoint=path, **RUN))
 
 
+def test_a_killed_writers_temporary_file_goes_with_the_next_save(data, tmp_path):
+    X, y, _ = data
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # a pid that no longer runs (reuse within the test is not a concern)
+    stale = tmp_path / f".c.npz.{dead.pid}.0123abcd.tmp"
+    live = tmp_path / f".c.npz.{os.getpid()}.0123abcd.tmp"  # e.g. another thread writing now
+    other = tmp_path / f".d.npz.{dead.pid}.0123abcd.tmp"  # another file's
+    for path in (stale, live, other):
+        path.write_bytes(b"PK half a file")
+    aflite(X, y, checkpoint=tmp_path / "c.npz", **RUN)
+    assert sorted(os.listdir(tmp_path)) == sorted(["c.npz", live.name, other.name])
+
+
 # A child running the CLI that stops for good once its second phase is saved, so that the
 # SIGKILL lands exactly after phase 2 whatever the machine's speed.
 _CHILD = """
@@ -192,7 +207,7 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-def test_cli_killed_after_phase_two_resumes_to_the_same_outputs(tmp_path, seed, make_problem):
+def test_cli_killed_after_phase_two_resumes_to_the_same_outputs(tmp_path, seed, make_problem, output_files):
     X, y = make_problem(np.random.default_rng([seed, 132]), 2000, 12, 3, signal=0.7)
     np.save(tmp_path / "emb.npy", X)
     np.save(tmp_path / "labels.npy", y)
@@ -215,16 +230,19 @@ def test_cli_killed_after_phase_two_resumes_to_the_same_outputs(tmp_path, seed, 
             child.wait()
         child.stdout.close()
         child.stderr.close()
-    assert not (tmp_path / "resumed").exists()
-    assert checkpoint.Checkpoint(ckpt)._header["phase"] == 2
-    # a restart with another tau is refused, and neither the checkpoint nor --out is touched
-    before = ckpt.read_bytes()
-    assert main(["filter", *args[:-1], "--tau", "0.7", "--quiet", "--out", str(tmp_path / "resumed"),
-                 "--checkpoint", str(ckpt)]) == 2
-    assert ckpt.read_bytes() == before and not (tmp_path / "resumed").exists()
-    # the same command again continues from phase 2
-    assert main(["filter", *args, "--out", str(tmp_path / "resumed"), "--checkpoint", str(ckpt)]) == 0
     full, resumed = tmp_path / "full", tmp_path / "resumed"
+    # the killed run staged its set inside --out (aflite_fast._atomic.OutputSet) and committed nothing
+    assert os.listdir(resumed) == [STATE_DIR] and "current" not in os.listdir(resumed / STATE_DIR)
+    assert checkpoint.Checkpoint(ckpt)._header["phase"] == 2
+    # a restart with another tau is refused: the checkpoint is not touched and --out gets no
+    # file (the refused run removes what the killed one staged, then its own bookkeeping)
+    before = ckpt.read_bytes()
+    assert main(["filter", *args[:-1], "--tau", "0.7", "--quiet", "--out", str(resumed),
+                 "--checkpoint", str(ckpt)]) == 2
+    assert ckpt.read_bytes() == before and os.listdir(resumed) == []
+    # the same command again continues from phase 2
+    assert main(["filter", *args, "--out", str(resumed), "--checkpoint", str(ckpt)]) == 0
+    assert output_files(resumed) == output_files(full) == ["keep.npy", "report.json", "scores.npy"]
     for name in ("keep.npy", "scores.npy"):
         assert (full / name).read_bytes() == (resumed / name).read_bytes()
     a = json.loads((full / "report.json").read_text())

@@ -212,7 +212,7 @@ def test_cli_groups_file(grouped, tmp_path, capsys):
                         "--remove", "group"]) == 0
     ref = aflite(X, y, target_size=600, random_state=3, groups=groups, remove="group", **RUN)
     assert np.array_equal(np.load(tmp_path / "o" / "keep.npy"), ref.keep)
-    for extra, message in [(["--groups", str(tmp_path / "short.npy")], "groups has 897 entries"),
+    for extra, message in [(["--groups", str(tmp_path / "short.npy")], "--groups has 897 entries"),
                            (["--groups", str(tmp_path / "missing.txt")], "--groups: cannot read"),
                            (["--remove", "group"], "--remove group needs --groups")]:
         assert main(args + ["--out", str(tmp_path / "bad"), *extra]) == 2

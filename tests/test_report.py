@@ -4,7 +4,10 @@ a. report.json holds per-class counts of kept and removed rows (they match the l
    keep.npy) and, per phase, the score histogram and the rows per class active and removed
    (consistent from one phase to the next).
 b. ``filter --plot`` and ``aflite-fast report DIR`` draw DIR/report.png from a real run: a
-   valid PNG that matplotlib reads back; the docs show one such figure.
+   valid PNG that matplotlib reads back; the docs show one such figure.  report.png is part
+   of DIR's output set: ``report`` adds it to the set in place (the other files unchanged),
+   a later run without ``--plot`` drops it with its set, and ``report`` refuses while a run
+   holds DIR.
 c. Without matplotlib the error names the extra, with exit code 2 and nothing written; a
    directory without report.json is exit code 2.
 """
@@ -64,8 +67,8 @@ def test_report_json_counts_per_class_and_phase(files):
         assert left == (after["class_active"] if after else rep["class_counts"]["kept"])
 
 
-def test_plot_and_report_command_draw_a_png(files, capsys):
-    tmp, _ = files
+def test_plot_and_report_command_draw_a_png(files, capsys, output_files):
+    tmp, y = files
     out, rep = _run(tmp, "--plot")
     width, height = _png_size(out / "report.png")
     assert width > 800 and height > 200
@@ -73,14 +76,35 @@ def test_plot_and_report_command_draw_a_png(files, capsys):
 
     image = matplotlib.image.imread(out / "report.png")
     assert image.shape[:2] == (height, width) and image.std() > 0.05  # not a blank canvas
-    os.remove(out / "report.png")
+    assert output_files(out) == ["keep.npy", "report.json", "report.png", "scores.npy"]  # one set
+    os.remove(out / "report.png")  # its link: the report command draws it again, into a new set
+    before = {name: (out / name).read_bytes() for name in ("keep.npy", "report.json", "scores.npy")}
     assert main(["report", str(out), "--quiet"]) == 0
     assert _png_size(out / "report.png") == (width, height)
-    assert sorted(os.listdir(out)) == ["keep.npy", "report.json", "report.png", "scores.npy"]
-    # a run with no phase (target already met) still draws
-    assert main(["filter", str(tmp / "emb.npy"), str(tmp / "labels.npy"), "--out", str(tmp / "none"),
-                 *ARGS[:1], "900", *ARGS[2:], "--plot"]) == 0
-    _png_size(tmp / "none" / "report.png")
+    assert output_files(out) == ["keep.npy", "report.json", "report.png", "scores.npy"]
+    assert {name: (out / name).read_bytes() for name in before} == before  # the rest of the set carried
+    # a later run without --plot switches in its own set: the old run's figure goes with the old set
+    _run(tmp)
+    assert output_files(out) == ["keep.npy", "report.json", "scores.npy"]
+    # a report with no phase still draws (filter refuses a --target-size not below the rows,
+    # so such a report comes from elsewhere, e.g. aflite(..., target_size=N) in Python)
+    everything = {"kept": np.bincount(y).tolist(), "removed": [0, 0, 0]}
+    report.draw_report(dict(rep, history=[], n_kept=rep["n_rows"], class_counts=everything), tmp / "none.png")
+    _png_size(tmp / "none.png")
+
+
+def test_report_refuses_while_a_run_holds_dir(files, capsys, output_files):
+    from aflite_fast._atomic import OutputSet
+
+    tmp, _ = files
+    out, _ = _run(tmp)
+    with pytest.raises(KeyboardInterrupt):
+        with OutputSet(out, ["keep.npy", "scores.npy", "report.json"], label="--out"):  # a filter run
+            assert main(["report", str(out)]) == 2
+            err = capsys.readouterr().err
+            assert "in use by another aflite-fast run" in err and len(err.splitlines()) == 1
+            raise KeyboardInterrupt  # the run is interrupted: DIR keeps its set
+    assert output_files(out) == ["keep.npy", "report.json", "scores.npy"]
 
 
 def test_docs_show_a_report_figure():
