@@ -129,8 +129,10 @@ def test_errors(client, seed):
                backend="dask", progress=False)
     with pytest.raises(ValueError, match="backend"):
         aflite(X, y, target_size=300, train_size=100, backend="ray", progress=False)
+    with pytest.raises(ValueError, match="Complex data not supported"):
+        as_dask_array(da.zeros((10, 3), dtype=np.complex64, chunks=5))
     with pytest.raises(ValueError, match="float16, float32 or float64"):
-        as_dask_array(da.zeros((10, 3), dtype=np.int32, chunks=5))
+        as_dask_array(da.zeros((10, 3), dtype="datetime64[s]", chunks=5))
 
 
 def test_connect_by_address(client):
