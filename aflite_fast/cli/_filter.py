@@ -6,7 +6,8 @@ import time
 
 from .. import __version__
 from ..algorithm import aflite
-from ..data import open_embeddings, read_labels_file
+from .._labelfile import read_labels_file
+from ..data import open_embeddings
 from ..losses import LOSS_NAMES
 from ._output import AtomicOutputDir
 
@@ -25,12 +26,26 @@ def train_size_arg(text):
 def add_parser(subparsers):
     p = subparsers.add_parser(
         "filter", help="filter an embedding file (.npy) with AFLite",
-        description="Run AFLite on EMB.npy (N x d, float16/float32, memory-mapped) with LABELS "
-                    "(.npy, or a text/CSV file with one label per line) and write DIR/keep.npy "
+        description="Run AFLite on EMB (N x d, memory-mapped: a .npy file, a .npz archive "
+                    "holding one array, or FILE.npz:KEY; float16/32/64 or integer, either byte "
+                    "order) with LABELS and write DIR/keep.npy "
                     "(sorted kept row indices), DIR/scores.npy (last predictability score per row, "
-                    "NaN where never scored) and DIR/report.json.")
-    p.add_argument("embeddings", metavar="EMB.npy")
-    p.add_argument("labels", metavar="LABELS")
+                    "NaN where never scored) and DIR/report.json.",
+        epilog="LABELS files: a .npy/.npz array, or UTF-8 text with one row per line of EMB "
+               "(a byte-order mark is dropped). Fields are separated by commas (csv quoting), or "
+               "by tabs in a .tsv file or one with tabs and no commas. A file with several "
+               "columns needs --labels-column (a header name with --labels-header, or a 0-based "
+               "index); a first line that names columns needs --labels-header. Blank lines are "
+               "an error, except at the end. If every label is a number they are read as "
+               "numbers, so 1, 1.0 and 01 are one class; otherwise labels are compared as "
+               "written.")
+    p.add_argument("embeddings", metavar="EMB", help="embeddings: EMB.npy, EMB.npz or EMB.npz:KEY")
+    p.add_argument("labels", metavar="LABELS", help="labels: .npy/.npz, or text/CSV (see below)")
+    p.add_argument("--labels-column", default=None, metavar="NAME|INDEX",
+                   help="label column of a CSV/TSV labels file: a header name (with "
+                        "--labels-header) or a 0-based index")
+    p.add_argument("--labels-header", action="store_true",
+                   help="the first line of the labels file names its columns")
     p.add_argument("--out", required=True, metavar="DIR", help="output directory")
     p.add_argument("--target-size", type=int, required=True, help="n: never keep fewer rows")
     p.add_argument("--partitions", type=int, default=64, help="m: models per phase (default 64)")
@@ -52,7 +67,7 @@ def add_parser(subparsers):
 def run(args):
     start = time.perf_counter()
     X = open_embeddings(args.embeddings)
-    y = read_labels_file(args.labels)
+    y = read_labels_file(args.labels, column=args.labels_column, header=args.labels_header)
     params = dict(target_size=args.target_size, n_partitions=args.partitions,
                   train_size=args.train_size, slice_size=args.slice_size, tau=args.tau, C=args.C,
                   loss=args.loss, max_memory=args.max_memory, random_state=args.seed,
@@ -73,6 +88,7 @@ def run(args):
                 "command": "filter",
                 "embeddings": os.path.abspath(args.embeddings),
                 "labels": os.path.abspath(args.labels),
+                "labels_column": args.labels_column, "labels_header": args.labels_header,
                 "n_rows": int(X.shape[0]), "n_features": int(X.shape[1]), "dtype": str(X.dtype),
                 "n_classes": int(len(result.classes)),
                 "parameters": params,
