@@ -86,7 +86,7 @@ def _delimiter(path, text):
 def _rows(text, delimiter):
     """(line number, stripped fields) of every row, blank rows as empty lists, trailing
     blank rows dropped."""
-    reader = csv.reader(io.StringIO(text), delimiter=delimiter)
+    reader = csv.reader(io.StringIO(text), delimiter=delimiter, skipinitialspace=True)
     rows = []
     for fields in reader:
         fields = [f.strip() for f in fields]

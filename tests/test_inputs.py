@@ -14,7 +14,7 @@ e. They are converted chunk by chunk: the scan and the gathers of a file allocat
    amount (traced with tracemalloc), not a converted copy of the file.
 f. Other shapes of X: Fortran-ordered files, sparse matrices, object arrays, ragged lists.
 """
-import os
+import itertools
 import tracemalloc
 import warnings
 
@@ -27,6 +27,7 @@ from aflite_fast import data
 from aflite_fast.cli import main
 
 N, D = 240, 6
+_RUNS = itertools.count()
 KW = dict(target_size=120, n_partitions=4, train_size=100, slice_size=40, tau=0.6, random_state=0,
           n_jobs=1, progress=False)
 CLI_ARGS = ["--target-size", "120", "--partitions", "4", "--train-size", "100", "--slice-size", "40",
@@ -41,7 +42,7 @@ def problem(seed, make_problem):
 
 def run_cli(tmp_path, emb, labels, capsys, *extra):
     """(exit code, stderr lines, output dir) of ``filter`` writing to a fresh directory."""
-    out = tmp_path / f"out{len(os.listdir(tmp_path))}"
+    out = tmp_path / f"out{next(_RUNS)}"
     code = main(["filter", str(emb), str(labels), "--out", str(out), *CLI_ARGS, *extra])
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     return code, err, out
