@@ -169,8 +169,8 @@ class RobustLogisticRegression(ClassifierMixin, BaseEstimator):
         """
         X, center = self._validate_X(X, reset=True)
         y = column_or_1d(y, warn=True)
+        labels = encode_labels(y, X.shape[0], min_per_class=1)  # first: it refuses NaN in y
         check_classification_targets(y)
-        labels = encode_labels(y, X.shape[0], min_per_class=1)
         C = self.C
         if isinstance(C, bool) or not isinstance(C, numbers.Real) or not C > 0 or not np.isfinite(C):
             raise ValueError(f"C must be a positive number, got {C!r}")
