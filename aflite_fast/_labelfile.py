@@ -139,7 +139,7 @@ def _column_index(column, names, width, path, first_row):
             raise ValueError(f"--labels-column {column!r}: the header of {path!r} names it "
                              f"{names.count(column)} times")
         return names.index(column)
-    if isinstance(column, str) and column.strip().isdigit():
+    if isinstance(column, str) and _INTEGER.fullmatch(column.strip()):
         column = int(column)
     if isinstance(column, (int, np.integer)) and not isinstance(column, bool):
         if not 0 <= column < width:
