@@ -56,6 +56,15 @@ PARAM_FAULTS = [("--partitions", "0"), ("--train-size", "0"), ("--train-size", "
                 ("--target-size", "-1"), ("--loss", "forward")]
 
 
+def as_dtype(values, dtype):
+    """Float values as ``dtype``: integers from their magnitude x 10, booleans from their sign."""
+    if np.dtype(dtype).kind in "iu":
+        return np.round(np.abs(values) * 10).astype(dtype)
+    if dtype == "?":
+        return values > 0
+    return values.astype(dtype)
+
+
 @st.composite
 def embedding_files(draw, fault):
     """(writer, n_rows): ``writer(directory)`` makes the file and returns its path spec.
@@ -85,12 +94,7 @@ def embedding_files(draw, fault):
         values = rng.standard_normal(shape) * scale
         if fault in ("nan", "inf", "beyond_float32"):
             values.flat[int(where * values.size)] = {"nan": np.nan, "inf": -np.inf, "beyond_float32": 1e39}[fault]
-        if np.dtype(dtype).kind in "iu":
-            X = np.round(np.abs(values) * 10).astype(dtype)
-        elif dtype == "?":
-            X = values > 0
-        else:
-            X = values.astype(dtype)
+        X = as_dtype(values, dtype)
         if fortran:
             X = np.asfortranarray(X)
         if fault == "missing":
@@ -308,12 +312,7 @@ def valid_problems(draw):
     rng = np.random.default_rng(seed)
     y = rng.permutation(np.arange(n) % n_classes)  # every class >= 4 rows
     values = rng.standard_normal((n, d)) + y[:, None]
-    if np.dtype(dtype).kind in "iu":
-        X = np.round(np.abs(values) * 10).astype(dtype)
-    elif dtype == "?":
-        X = values > 0.5
-    else:
-        X = values.astype(dtype)
+    X = as_dtype(values, dtype)
     labels = draw(st.sampled_from(["int", "str", "float"]))
     y = {"int": y, "str": np.array(["a", "b", "c"])[y], "float": y.astype(np.float64)}[labels]
     return X, y, n_classes
