@@ -1,4 +1,4 @@
-"""Opening and validating inputs: embeddings (ndarray, memmap or .npy path) and labels."""
+"""Opening and validating inputs: embeddings (ndarray, memmap or .npy/.npz path) and labels."""
 import os
 from dataclasses import dataclass
 
@@ -33,7 +33,8 @@ def check_dtype(dtype):
 
 
 def open_embeddings(X):
-    """Return a 2-D array view of X without copying it.
+    """Return a 2-D array view of X without copying it (an object array of numbers, which
+    cannot be viewed as numbers, is converted to float64).
 
     Parameters
     ----------
