@@ -28,7 +28,7 @@ _BITS = {
 
 
 def first_nonfinite_row(X):
-    """Index of the first row of the 2-D float array X with NaN or inf, or -1."""
+    """Index of the first row of the 2-D float array X (native byte order) with NaN or inf, or -1."""
     utype, mask = _BITS[X.dtype]
     bits = np.asarray(X).view(utype)
     return int(_first_nonfinite_row(bits, bits.dtype.type(mask)))
@@ -50,3 +50,19 @@ def membership_matrix(train_positions, n_rows, out):
             if pos >= 0:
                 out[pos, j] = 1
     return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _first_row_beyond(X, limit):
+    n, d = X.shape
+    for i in range(n):
+        for k in range(d):
+            if not abs(X[i, k]) <= limit:  # also true for NaN
+                return i
+    return -1
+
+
+def first_row_beyond(X, limit):
+    """Index of the first row of the 2-D native float64 array X with NaN, inf or a value of
+    magnitude above ``limit``, or -1."""
+    return int(_first_row_beyond(np.ascontiguousarray(X), float(limit)))

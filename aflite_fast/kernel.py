@@ -5,6 +5,7 @@ the same rows, and predicts held-out rows with all of them in one pass (see ``_k
 Rows handed to the kernel are float32 with a trailing column of ones (the intercept);
 ``augment_rows`` and :mod:`aflite_fast.data` produce them.
 """
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
@@ -60,6 +61,18 @@ class SolverOptions:
     ftol: float = 1e-12
     history: int = 10
     max_line_search: int = 30
+
+    def __post_init__(self):
+        # checked here, not in the kernel: a C int or double argument would take a float
+        # max_iter or a NaN tol silently, or fail with a message naming no argument
+        for name in ("tol", "ftol"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < np.inf:
+                raise ValueError(f"{name} must be a non-negative number, got {value!r}")
+        for name, low in (("max_iter", 0), ("history", 1), ("max_line_search", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not low <= value < 2**31:
+                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
 
 
 def augment_rows(X, center=None, out=None):

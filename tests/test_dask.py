@@ -9,6 +9,8 @@ c. Partitions drawn as whole groups (padded training positions) give the local r
    checkpoint written with the dask backend is accepted by a local run; the permutation null's
    counts are the local ones.
 d. Bad input gets a clear error (NaN in X names the row, unknown backend, wrong dtype).
+e. Big-endian, integer and .npz inputs give the local result; float64 beyond float32's range
+   names the row, as locally.
 """
 import os
 
@@ -166,8 +168,34 @@ def test_errors(client, seed):
                backend="dask", progress=False)
     with pytest.raises(ValueError, match="backend"):
         aflite(X, y, target_size=300, train_size=100, backend="ray", progress=False)
+    with pytest.raises(ValueError, match="Complex data not supported"):
+        as_dask_array(da.zeros((10, 3), dtype=np.complex64, chunks=5))
     with pytest.raises(ValueError, match="float16, float32 or float64"):
-        as_dask_array(da.zeros((10, 3), dtype=np.int32, chunks=5))
+        as_dask_array(da.zeros((10, 3), dtype="datetime64[s]", chunks=5))
+
+
+def test_byte_order_integers_and_npz_on_the_cluster(client, seed, tmp_path):
+    """Big-endian and integer files, and an .npz member, are read on the workers chunk by
+    chunk and give the local float32 result; float64 beyond float32's range names the row."""
+    rng = np.random.default_rng(seed)
+    X, y = make_problem(rng, 400, 8, 2)
+    kw = dict(target_size=250, n_partitions=4, train_size=150, slice_size=50, tau=0.6,
+              random_state=1, progress=False)
+    local = aflite(X, y, **kw)
+    np.save(tmp_path / "big.npy", X.astype(">f4"))
+    np.savez(tmp_path / "many.npz", emb=X, other=X[:3])
+    for source in (str(tmp_path / "big.npy"), f"{tmp_path / 'many.npz'}:emb"):
+        remote = aflite(source, y, backend="dask", **kw)
+        np.testing.assert_array_equal(remote.keep, local.keep)
+        np.testing.assert_array_equal(remote.scores, local.scores)
+    ints = np.round(X * 100).astype(np.int16)
+    np.save(tmp_path / "int.npy", ints)
+    np.testing.assert_array_equal(aflite(str(tmp_path / "int.npy"), y, backend="dask", **kw).scores,
+                                  aflite(ints.astype(np.float32), y, **kw).scores)
+    huge = X.astype(np.float64)
+    huge[77, 1] = 1e39
+    with pytest.raises(ValueError, match=r"beyond the float32 range .*first at row 77"):
+        aflite(da.from_array(huge, chunks=(100, 8)), y, backend="dask", **kw)
 
 
 def test_connect_by_address(client):

@@ -24,17 +24,27 @@ PARAMETER_FLAGS = {
 }
 
 _DESCRIPTION = """\
-Run AFLite on EMB.npy (N x d, float16/float32, memory-mapped) with LABELS (.npy, or a text/CSV
-file with one label per line) and write DIR/keep.npy (sorted kept row indices), DIR/scores.npy
-(last predictability score per row, NaN where never scored) and DIR/report.json (parameters,
-per-phase history with score histograms, per-class counts and solver status counts, timings);
-with --plot also DIR/report.png.
+Run AFLite on EMB (N x d, memory-mapped: a .npy file, a .npz archive holding one array, or
+FILE.npz:KEY; float16/32/64 or integer, either byte order) with LABELS and write DIR/keep.npy
+(sorted kept row indices), DIR/scores.npy (last predictability score per row, NaN where never
+scored) and DIR/report.json (parameters, per-phase history with score histograms, per-class
+counts and solver status counts, timings); with --plot also DIR/report.png.
 
 The files are switched in together when the run ends: a reader sees all of the previous run's
 files or all of this run's, never a mix, even if the run is killed (they are links into
 DIR/.aflite/; see docs/outputs.md). A second run on the same DIR refuses while one is running.
 
 Exit codes: 0 done; 2 bad input (one line on stderr, DIR unchanged); 130 Ctrl-C, 143 SIGTERM.
+"""
+
+_EPILOG = """\
+LABELS files: a .npy/.npz array, or UTF-8 text with one row per line of EMB (a byte-order mark
+is dropped). Fields are separated by commas (csv quoting), or by tabs in a .tsv file or one
+with tabs and no commas. A file with several columns needs --labels-column (a header name with
+--labels-header, or a 0-based index); a first line that names columns needs --labels-header.
+Blank lines are an error, except at the end. If every label is a number they are read as
+numbers, so 1, 1.0 and 01 are one class; otherwise labels are compared as written.
+--groups FILE follows the same rules, with --groups-column and --groups-header.
 """
 
 
@@ -52,9 +62,14 @@ def train_size_arg(text):
 def add_parser(subparsers):
     p = subparsers.add_parser(
         "filter", help="filter an embedding file (.npy) with AFLite", description=_DESCRIPTION,
-        formatter_class=HelpFormatter)
-    p.add_argument("embeddings", metavar="EMB.npy")
-    p.add_argument("labels", metavar="LABELS")
+        epilog=_EPILOG, formatter_class=HelpFormatter)
+    p.add_argument("embeddings", metavar="EMB", help="embeddings: EMB.npy, EMB.npz or EMB.npz:KEY")
+    p.add_argument("labels", metavar="LABELS", help="labels: .npy/.npz, or text/CSV (see below)")
+    p.add_argument("--labels-column", default=None, metavar="NAME|INDEX",
+                   help="label column of a CSV/TSV labels file: a header name (with "
+                        "--labels-header) or a 0-based index")
+    p.add_argument("--labels-header", action="store_true",
+                   help="the first line of the labels file names its columns")
     p.add_argument("--out", required=True, metavar="DIR", help="output directory (created)")
     p.add_argument("--target-size", type=int, required=True, metavar="N",
                    help="n: stop once this many rows remain (never keep fewer); must be below the "
@@ -88,6 +103,10 @@ def add_parser(subparsers):
     p.add_argument("--groups", default=None, metavar="FILE",
                    help="group id per row (.npy, or one id per line): every model trains on whole "
                         "groups, so rows of a group are never split between training and held out")
+    p.add_argument("--groups-column", default=None, metavar="NAME|INDEX",
+                   help="group column of a CSV/TSV groups file, as --labels-column")
+    p.add_argument("--groups-header", action="store_true",
+                   help="the first line of the groups file names its columns")
     p.add_argument("--remove", choices=REMOVE_MODES, default="row",
                    help="row: remove single rows; group: remove whole groups whose mean score "
                         "reaches tau (needs --groups)")
@@ -111,12 +130,12 @@ def add_parser(subparsers):
     return p
 
 
-def _read_groups(path):
+def _read_groups(args):
     """Group ids of --groups FILE, read as LABELS files are; errors name the flag."""
-    from ..data import read_labels_file
+    from .._labelfile import read_labels_file
 
     try:
-        return read_labels_file(path)
+        return read_labels_file(args.groups, column=args.groups_column, header=args.groups_header, kind="groups")
     except ValueError as exc:
         raise ValueError(f"--groups: {exc}") from None
 
@@ -141,22 +160,26 @@ def _loss_params(args, n_classes):
 
 def run(args):
     from ..algorithm import aflite
-    from ..data import open_embeddings, read_labels_file
+    from .._labelfile import read_labels_file
+    from ..data import open_embeddings
     from .._atomic import OutputSet
     from .._solver_status import ConvergenceWarning, total_status
 
     prog = "aflite-fast filter"
     start = time.perf_counter()
     X = open_embeddings(args.embeddings)
-    y = read_labels_file(args.labels)
+    y = read_labels_file(args.labels, column=args.labels_column, header=args.labels_header)
     n_rows = X.shape[0]
     if args.target_size >= n_rows:
         # nothing to filter: an error rather than a run that keeps every row
         raise ValueError(f"--target-size ({args.target_size}) must be smaller than the number of "
                          f"rows of {args.embeddings} ({n_rows}); nothing would be filtered")
-    if args.remove == "group" and args.groups is None:
-        raise ValueError("--remove group needs --groups FILE")
-    groups = None if args.groups is None else _read_groups(args.groups)
+    if args.groups is None:
+        for flag, given in (("--remove group", args.remove == "group"), ("--groups-column", args.groups_column),
+                            ("--groups-header", args.groups_header)):
+            if given:
+                raise ValueError(f"{flag} needs --groups FILE")
+    groups = None if args.groups is None else _read_groups(args)
     if args.stop != "paper" and args.null is None:
         raise ValueError(f"--stop {args.stop} needs --null permutation")
     if args.plot:
@@ -194,6 +217,7 @@ def run(args):
                 "command": "filter",
                 "embeddings": os.path.abspath(args.embeddings),
                 "labels": os.path.abspath(args.labels),
+                "labels_column": args.labels_column, "labels_header": args.labels_header,
                 "transition": None if args.transition is None else os.path.abspath(args.transition),
                 "n_rows": int(n_rows), "n_features": int(X.shape[1]), "dtype": str(X.dtype),
                 "n_classes": int(len(result.classes)),
@@ -204,6 +228,7 @@ def run(args):
                 "solver_status": solver_status,
                 "history": history,
                 "groups": None if args.groups is None else os.path.abspath(args.groups),
+                "groups_column": args.groups_column, "groups_header": args.groups_header,
                 "checkpoint": None if args.checkpoint is None else os.path.abspath(args.checkpoint),
                 "resumed_from_phase": result.resumed_from,
                 "classes": result.classes.tolist(),
