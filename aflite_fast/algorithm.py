@@ -201,17 +201,29 @@ def _eligible(res, active_groups, remove, tau, budget):
     return _select(res.scores, res.prob_label, res.seen, tau, budget)
 
 
+def score_nulls(score_phase, X, codes, active, center, train_pos, entropy, phase, n_null, groups, solver, scale):
+    """Yield this phase's partitions scored under each of ``n_null`` label permutations
+    (:mod:`aflite_fast.null`): a cold-started ``score_phase`` each, whose models are refused
+    like the observed ones when they did not train (:func:`~aflite_fast._solver_status.check_trained`).
+    The consumer drops each result before asking for the next (the engine's memory budget
+    holds one phase at a time)."""
+    for i in range(n_null):
+        res = score_phase(X, null_codes(codes, active, entropy, phase, i, groups), active, center, train_pos,
+                          warm_coef=None, **solver)
+        check_trained(res.n_iter, res.status, scale, what="null model")
+        yield res
+        del res
+
+
 def _null_pass(score_phase, X, codes, active, center, train_pos, entropy, phase, n_null, active_groups,
                remove, tau, solver, scale):
-    """Rows at or above tau under ``n_null`` label permutations of this phase, on its partitions
-    (:mod:`aflite_fast.null`): each a cold-started ``score_phase``, counted as the observed rows are."""
+    """Rows at or above tau under ``n_null`` label permutations of this phase, on its partitions,
+    counted as the observed rows are (:func:`score_nulls`)."""
     counts = []
-    for i in range(n_null):
-        permuted = null_codes(codes, active, entropy, phase, i, active_groups)
-        res = score_phase(X, permuted, active, center, train_pos, warm_coef=None, **solver)
-        check_trained(res.n_iter, res.status, scale, what="null model")
+    for res in score_nulls(score_phase, X, codes, active, center, train_pos, entropy, phase, n_null,
+                           active_groups, solver, scale):
         counts.append(_eligible(res, active_groups, remove, tau, 0)[1])
-        del res, permuted
+        del res
     return summarize(counts)
 
 
@@ -235,8 +247,9 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
 
     Parameters
     ----------
-    X : ndarray, numpy.memmap or path to a ``.npy`` file, shape (N, d)
-        Embeddings, float16/float32/float64.  Memory maps are read in chunks, never copied whole.
+    X : ndarray, numpy.memmap or path to a ``.npy``/``.npz`` file (``FILE.npz:KEY``), shape (N, d)
+        Embeddings, float16/32/64 or integers, either byte order (see
+        :func:`aflite_fast.data.open_embeddings`).  Memory maps are read in chunks, never copied whole.
     y : array-like of shape (N,)
         Labels of any sortable type; mapped to codes 0..C-1.
     target_size : int

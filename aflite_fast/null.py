@@ -19,7 +19,8 @@ c. Scoring: in every phase (not every few), after the observed models, the calle
    ``score_phase`` (the same engine and batched kernel) ``n_null`` times on the same training
    positions with the permuted codes and a cold start (zero coefficients), so the null models
    never touch the observed models' warm start, and counts the rows at or above tau exactly as
-   it counts the observed ones.
+   it counts the observed ones (:func:`aflite_fast.algorithm.score_nulls`, which also refuses
+   null models that did not train, as the observed ones are refused).
 d. Summary (:func:`summarize`): mean and standard deviation (ddof=1, None for one
    permutation) of the counts over ``n_null`` permutations, and the stop rule's margin
    ``NULL_SIGMAS * sigma * sqrt(1 + 1/n_null)``, where sigma is the larger of the counts'

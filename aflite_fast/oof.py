@@ -311,8 +311,9 @@ def oof_predict_proba(X, y, *, cv=5, C=1.0, loss="ce", loss_params=None, n_parti
 
     Parameters
     ----------
-    X : ndarray, numpy.memmap or path to a ``.npy`` file, shape (N, d)
-        Embeddings, float16/float32/float64; memory maps are read in chunks, never copied whole.
+    X : ndarray, numpy.memmap or path to a ``.npy``/``.npz`` file (``FILE.npz:KEY``), shape (N, d)
+        Embeddings, float16/32/64 or integers, either byte order (see
+        :func:`aflite_fast.data.open_embeddings`); memory maps are read in chunks, never copied whole.
     y : array-like of shape (N,)
         Labels of any sortable type; columns of the output follow ``np.unique(y)``.
     cv : int, splitter or iterable of (train, test) pairs, default=5

@@ -7,12 +7,12 @@ import numpy as np
 from . import engine
 from ._solver_status import DataScale, check_trained, status_counts, warn_not_converged
 from ._threads import effective_n_threads
-from .algorithm import validate_settings
+from .algorithm import score_nulls, validate_settings
 from .data import encode_labels, open_embeddings, scan_rows
 from .groups import partition_groups
 from .kernel import SolverOptions
 from .losses import resolve_loss
-from .null import check_null_args, null_codes
+from .null import check_null_args
 
 
 @dataclass
@@ -99,13 +99,9 @@ def predictability(X, y, *, n_partitions=64, train_size, C=1.0, loss="ce", loss_
     warn_not_converged(status_counts(res.status), what="partition model")
     null_scores = None
     if null is not None:
-        null_runs = []
-        for i in range(n_null):
-            null_res = engine.score_phase(X, null_codes(labels.codes, active, entropy, 0, i, group_codes), active,
-                                          center, train_pos, **solver)
-            check_trained(null_res.n_iter, null_res.status, scale, what="null model")
-            null_runs.append(null_res.scores)
-        null_scores = np.stack(null_runs)
+        null_scores = np.stack([null_res.scores for null_res in score_nulls(
+            engine.score_phase, X, labels.codes, active, center, train_pos, entropy, 0, n_null, group_codes,
+            solver, scale)])
     with np.errstate(invalid="ignore", divide="ignore"):
         mean_prob = np.where(res.seen > 0, res.prob_label / np.maximum(res.seen, 1), np.nan)
     return PredictabilityResult(scores=res.scores, correct=res.correct, seen=res.seen, prob_label=mean_prob,

@@ -1,5 +1,6 @@
 """Solver status: counted per phase (history, report.json), warned about when a model did not
-converge, and never reported when a model did not move from its start (float32 X x 1e12)."""
+converge, and never reported when a model did not move from its start (float32 X x 1e12);
+the permutation null's models are held to the same rule."""
 import json
 import warnings
 
@@ -130,3 +131,29 @@ def test_untrained_models_on_ordinary_data_are_refused(data):
     X, y = data
     with pytest.raises(ValueError, match="did not move.*scale looks ordinary"):
         predictability(X, y, n_partitions=M, train_size=100, max_iter=0, random_state=0)
+
+
+def test_untrained_null_models_are_refused_too(data, monkeypatch):
+    """A permutation null counted from models that never left their start would be as
+    meaningless as observed scores from them: aflite and predictability refuse it."""
+    from aflite_fast import engine
+    from aflite_fast.data import encode_labels
+
+    X, y = data
+    observed = encode_labels(y, len(y)).codes
+    real = engine.score_phase
+    stuck = next(code for code, name in STATUS_NAMES.items() if name == "line_search")
+
+    def score_phase(X, codes, *args, **kwargs):
+        res = real(X, codes, *args, **kwargs)
+        if not np.array_equal(codes, observed):  # a null pass: its first model fails at step 0
+            res.n_iter[0], res.status[0] = 0, stuck
+        return res
+
+    monkeypatch.setattr(engine, "score_phase", score_phase)
+    with pytest.raises(ValueError, match=rf"1 of {M} null model\(s\) did not move from their starting point"):
+        aflite(X, y, progress=False, null="permutation", **PARAMS)
+    with pytest.raises(ValueError, match=rf"1 of {M} null model\(s\) did not move"):
+        predictability(X, y, n_partitions=M, train_size=100, random_state=0, null="permutation")
+    monkeypatch.undo()
+    assert aflite(X, y, progress=False, null="permutation", **PARAMS).history[0].null_mean is not None

@@ -101,8 +101,9 @@ def add_parser(subparsers):
     p.add_argument("--scheduler", default=None, metavar="ADDRESS",
                    help="run on a Dask cluster (e.g. tcp://host:8786); needs aflite_fast[dask]")
     p.add_argument("--groups", default=None, metavar="FILE",
-                   help="group id per row (.npy, or one id per line): every model trains on whole "
-                        "groups, so rows of a group are never split between training and held out")
+                   help="group id per row (.npy/.npz, or text read as LABELS is, see below): every "
+                        "model trains on whole groups, so rows of a group are never split between "
+                        "training and held out")
     p.add_argument("--groups-column", default=None, metavar="NAME|INDEX",
                    help="group column of a CSV/TSV groups file, as --labels-column")
     p.add_argument("--groups-header", action="store_true",
