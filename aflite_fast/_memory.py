@@ -1,15 +1,30 @@
-"""Memory budgets: parse "2GB"-style strings and pick a default."""
+"""Memory budgets: parse "2GB"-style sizes and pick a default.
+
+Units (case-insensitive), defined once here for the API and the command line:
+
+- decimal (SI): ``K``/``KB`` = 10**3 bytes, ``M``/``MB`` = 10**6, ``G``/``GB`` = 10**9, ``T``/``TB``
+  = 10**12.  A bare letter is the SI prefix, as in dask (``parse_bytes``) and Kubernetes;
+- binary (IEC): ``Ki``/``KiB`` = 2**10, ``Mi``/``MiB`` = 2**20, ``Gi``/``GiB`` = 2**30, ``Ti``/``TiB`` = 2**40;
+- no unit or ``B``: bytes.  Fractions are allowed (``1.5G``); the result is rounded down.
+"""
+import math
 import os
 import re
 
-_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
-          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+_PREFIX = {"": 0, "K": 1, "M": 2, "G": 3, "T": 4}
+_SIZE = re.compile(r"\s*([0-9]*\.?[0-9]+(?:E[+-]?[0-9]+)?)\s*([KMGT]?)(I?)(B?)\s*")
 
 
 def parse_memory(value):
-    """Bytes from an int or a string such as "512MB", "2GB", "1.5GiB".
+    """Bytes from an int or a string such as ``"512MB"``, ``"2G"``, ``"1.5GiB"``, ``"1000000"``.
 
-    None gives the default: a quarter of physical memory, at least 256 MiB.
+    See the module docstring for the units.  None gives the default: a quarter of physical
+    memory, at least 256 MiB.
+
+    Raises
+    ------
+    ValueError
+        If ``value`` is not a positive size (naming ``max_memory``).
     """
     if value is None:
         try:
@@ -18,13 +33,18 @@ def parse_memory(value):
             total = 8 * 2**30
         return max(256 * 2**20, total // 4)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if value <= 0:
-            raise ValueError(f"max_memory must be positive, got {value}")
+        if not value > 0 or not math.isfinite(value):
+            raise ValueError(f"max_memory must be a positive number of bytes, got {value}")
         return int(value)
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([KMGT]?I?B?)\s*", str(value).upper())
-    if not m or m.group(2) not in _UNITS:
-        raise ValueError(f"cannot read a memory size from {value!r} (use e.g. '512MB', '2GB')")
-    nbytes = int(float(m.group(1)) * _UNITS[m.group(2)])
+    m = _SIZE.fullmatch(str(value).upper())
+    if not m or (m.group(3) and not m.group(2)):
+        raise ValueError(f"cannot read a memory size from {value!r} for max_memory "
+                         "(use e.g. 500M, 2GB, 1GiB or a number of bytes)")
+    number, prefix, binary = float(m.group(1)), m.group(2), m.group(3)
+    size = number * (1024 if binary else 1000) ** _PREFIX[prefix]
+    if not math.isfinite(size):
+        raise ValueError(f"max_memory {value!r} is out of range")
+    nbytes = int(size)
     if nbytes <= 0:
         raise ValueError(f"max_memory must be positive, got {value!r}")
     return nbytes

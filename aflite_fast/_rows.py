@@ -28,7 +28,7 @@ _BITS = {
 
 
 def first_nonfinite_row(X):
-    """Index of the first row of the 2-D float array X with NaN or inf, or -1."""
+    """Index of the first row of the 2-D float array X (native byte order) with NaN or inf, or -1."""
     utype, mask = _BITS[X.dtype]
     bits = np.asarray(X).view(utype)
     return int(_first_nonfinite_row(bits, bits.dtype.type(mask)))
@@ -38,12 +38,31 @@ def first_nonfinite_row(X):
 def membership_matrix(train_positions, n_rows, out):
     """out[pos, j] = 1 for every training position of partition j (out is zeroed here).
 
-    train_positions : int64 (m, t) sorted training positions of each partition.
+    train_positions : int64 (m, t) sorted training positions of each partition; negative
+        entries (``engine.TRAIN_PAD``, padding of partitions with fewer than t rows) are skipped.
     out : uint8 (n_rows, m).
     """
     out[:, :] = 0
     m, t = train_positions.shape
     for j in range(m):
         for r in range(t):
-            out[train_positions[j, r], j] = 1
+            pos = train_positions[j, r]
+            if pos >= 0:
+                out[pos, j] = 1
     return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _first_row_beyond(X, limit):
+    n, d = X.shape
+    for i in range(n):
+        for k in range(d):
+            if not abs(X[i, k]) <= limit:  # also true for NaN
+                return i
+    return -1
+
+
+def first_row_beyond(X, limit):
+    """Index of the first row of the 2-D native float64 array X with NaN, inf or a value of
+    magnitude above ``limit``, or -1."""
+    return int(_first_row_beyond(np.ascontiguousarray(X), float(limit)))

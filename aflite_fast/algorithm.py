@@ -6,25 +6,61 @@ active row.  A row's predictability score is (correct held-out predictions) / (h
 predictions).  Up to ``slice_size`` rows with the highest scores among those scoring at
 least ``tau`` are removed; if fewer than ``slice_size`` rows reach ``tau``, those are removed
 and filtering stops (Algorithm 1).  It never removes below ``target_size``.
+
+With ``groups`` every partition trains on whole groups (see :mod:`aflite_fast.groups`), and
+``remove="group"`` removes a group together when its mean score reaches ``tau``.  With
+``checkpoint`` the loop's state is saved after every phase and a run given the same
+checkpoint continues from it (see :mod:`aflite_fast.checkpoint`).  With
+``null="permutation"`` every phase also scores its partitions with the labels permuted
+``n_null`` times and records how many rows reach tau by chance; ``stop="null"`` stops when
+the observed count does not exceed that (see :mod:`aflite_fast.null`).
 """
 import numbers
+import os
 import time
 from dataclasses import dataclass, field
-from typing import List
+from typing import List, Optional
 
 import numpy as np
 from tqdm.auto import tqdm
 
 from . import engine
+from ._mode_names import REMOVE_MODES
+from ._solver_status import DataScale, check_trained, status_counts, total_status, warn_not_converged
 from ._threads import effective_n_threads
+from .checkpoint import Checkpoint, LoopState, data_fingerprint
 from .data import encode_labels, open_embeddings, scan_rows
+from .groups import check_group_train_size, partition_groups, select_groups
 from .kernel import SolverOptions
 from .losses import resolve_loss
+from .null import check_null_args, null_codes, summarize
+
+
+#: Equal-width bins over [0, 1] of the per-phase score histogram (``PhaseRecord.score_hist``).
+SCORE_BINS = 20
 
 
 @dataclass
 class PhaseRecord:
-    """What one phase did."""
+    """What one phase did.
+
+    ``n_above_tau`` counts the rows that could be removed (with ``remove="group"``: the rows
+    of the groups whose mean score reaches tau).  ``score_hist`` counts this phase's scores
+    (rows held out at least once) in :data:`SCORE_BINS` equal bins over [0, 1] (the last bin
+    holds 1.0).  ``class_active`` and ``class_removed`` count rows per class (in the order of
+    ``AFLiteResult.classes``) active at the start of the phase and removed by it.
+
+    With ``null="permutation"`` (else empty or None): ``null_above_tau`` holds the rows at or
+    above tau (counted as ``n_above_tau`` is) under each of the ``n_null`` label permutations,
+    ``null_mean`` and ``null_std`` their mean and standard deviation (None for one
+    permutation), ``null_share`` the mean's share of ``n_active``, ``null_excess`` the observed
+    ``n_above_tau`` minus ``null_mean``, ``null_margin`` the excess ``stop="null"`` asks for
+    (:func:`aflite_fast.null.summarize`) and ``null_seconds`` the part of ``seconds`` spent on
+    the null.
+
+    ``solver_status`` counts the phase's (observed) partition models by solver status
+    (``kernel.STATUS_NAMES``), every name present.
+    """
 
     phase: int
     n_active: int
@@ -35,6 +71,17 @@ class PhaseRecord:
     n_blocks: int
     mean_iterations: float
     seconds: float
+    score_hist: List[int] = field(default_factory=list)
+    class_active: List[int] = field(default_factory=list)
+    class_removed: List[int] = field(default_factory=list)
+    null_above_tau: List[int] = field(default_factory=list)
+    null_mean: Optional[float] = None
+    null_std: Optional[float] = None
+    null_share: Optional[float] = None
+    null_excess: Optional[float] = None
+    null_margin: Optional[float] = None
+    null_seconds: float = 0.0
+    solver_status: dict = field(default_factory=dict)
 
     def as_dict(self):
         return dict(self.__dict__)
@@ -60,6 +107,10 @@ class AFLiteResult:
         The distinct labels, in the order of the label codes.
     stop_reason : str
         Why filtering stopped.
+    kept_per_class, removed_per_class : ndarray of int64
+        Rows of each class (in the order of ``classes``) kept and removed.
+    resumed_from : int
+        Phase the run continued from when it resumed a checkpoint (0 for a fresh run).
     """
 
     keep: np.ndarray
@@ -69,6 +120,9 @@ class AFLiteResult:
     history: List[PhaseRecord] = field(default_factory=list)
     classes: np.ndarray = None
     stop_reason: str = ""
+    kept_per_class: np.ndarray = None
+    removed_per_class: np.ndarray = None
+    resumed_from: int = 0
 
     @property
     def keep_mask(self):
@@ -139,15 +193,63 @@ def _select(scores, prob_label, seen, tau, budget):
     return eligible[order[:budget]], eligible.size
 
 
+def _eligible(res, active_groups, remove, tau, budget):
+    """Positions to remove (at most ``budget`` rows) and the rows that could be removed, from
+    one phase's :class:`~aflite_fast.engine.PhaseScores`: per row or per group."""
+    if remove == "group":
+        return select_groups(res.scores, res.prob_label, res.seen, active_groups, tau, budget)
+    return _select(res.scores, res.prob_label, res.seen, tau, budget)
+
+
+def score_nulls(score_phase, X, codes, active, center, train_pos, entropy, phase, n_null, groups, solver, scale):
+    """Yield this phase's partitions scored under each of ``n_null`` label permutations
+    (:mod:`aflite_fast.null`): a cold-started ``score_phase`` each, whose models are refused
+    like the observed ones when they did not train (:func:`~aflite_fast._solver_status.check_trained`).
+    The consumer drops each result before asking for the next (the engine's memory budget
+    holds one phase at a time)."""
+    for i in range(n_null):
+        res = score_phase(X, null_codes(codes, active, entropy, phase, i, groups), active, center, train_pos,
+                          warm_coef=None, **solver)
+        check_trained(res.n_iter, res.status, scale, what="null model")
+        yield res
+        del res
+
+
+def _null_pass(score_phase, X, codes, active, center, train_pos, entropy, phase, n_null, active_groups,
+               remove, tau, solver, scale):
+    """Rows at or above tau under ``n_null`` label permutations of this phase, on its partitions,
+    counted as the observed rows are (:func:`score_nulls`)."""
+    counts = []
+    for res in score_nulls(score_phase, X, codes, active, center, train_pos, entropy, phase, n_null,
+                           active_groups, solver, scale):
+        counts.append(_eligible(res, active_groups, remove, tau, 0)[1])
+        del res
+    return summarize(counts)
+
+
+def _run_parameters(settings, spec, entropy, tol, max_iter, remove, null, n_null, stop):
+    """What a checkpoint must agree on: every setting that changes the result (the null's only
+    when it runs, so checkpoints of runs without one stay valid)."""
+    params = dict(target_size=settings.target_size, n_partitions=settings.n_partitions,
+                  train_size=settings.train_size, slice_size=settings.slice_size, tau=settings.tau,
+                  C=settings.C, loss=spec.name, loss_code=int(spec.code), loss_params=spec.params.tolist(),
+                  tol=float(tol), max_iter=int(max_iter), seed=int(entropy), remove=remove)
+    if null is not None:
+        params.update(null=null, n_null=int(n_null), stop=stop)
+    return params
+
+
 def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, tau=0.75, C=1.0,
            loss="ce", loss_params=None, max_memory=None, random_state=None, n_jobs=None,
-           progress=True, tol=1e-4, max_iter=1000, backend="local", client=None):
+           progress=True, tol=1e-4, max_iter=1000, backend="local", client=None, groups=None,
+           remove="row", checkpoint=None, null=None, n_null=1, stop="paper"):
     """Filter the most predictable rows of (X, y) with AFLite.
 
     Parameters
     ----------
-    X : ndarray, numpy.memmap or path to a ``.npy`` file, shape (N, d)
-        Embeddings, float16/float32/float64.  Memory maps are read in chunks, never copied whole.
+    X : ndarray, numpy.memmap or path to a ``.npy``/``.npz`` file (``FILE.npz:KEY``), shape (N, d)
+        Embeddings, float16/32/64 or integers, either byte order (see
+        :func:`aflite_fast.data.open_embeddings`).  Memory maps are read in chunks, never copied whole.
     y : array-like of shape (N,)
         Labels of any sortable type; mapped to codes 0..C-1.
     target_size : int
@@ -169,7 +271,8 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
         Budget for training rows and prediction chunks, e.g. ``"2GB"``; default a quarter of
         physical memory.  It changes speed and memory, never results.
     random_state : None, int or numpy.random.Generator
-        Seeds every partition; the result depends on inputs and this only.
+        Seeds every partition; the result depends on inputs and this only.  With None and an
+        existing ``checkpoint``, the checkpoint's seed is used.
     n_jobs : int, optional
         Threads (None: all cores).  Results do not depend on it.
     progress : bool, default=True
@@ -185,6 +288,40 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
         per task (None: each worker's thread count).  See docs/dask.md.
     client : distributed.Client, optional
         The cluster of ``backend="dask"`` (default: the current client).
+    groups : array-like of shape (N,), optional
+        A group id per row (any sortable type).  Every partition then trains on whole groups,
+        so the rows of a group are all trained on or all held out: groups in a random order
+        (from the partition's seed) are taken until the training set holds at least t rows,
+        i.e. t to t + s - 1 rows for a last group of s rows.  Groups are those of the active
+        rows in each phase.  Needs t <= (active rows) - (largest group); when a later phase
+        breaks that, filtering stops.
+    remove : {"row", "group"}, default="row"
+        ``"group"`` (needs ``groups``) removes whole groups whose mean score reaches tau,
+        most predictable first, as many as fit in the slice (see
+        :func:`aflite_fast.groups.select_groups`).
+    checkpoint : str or os.PathLike, optional
+        A file where the state is saved (atomically) after every phase.  If it exists, the run
+        continues from it and gives the result of an uninterrupted run; a checkpoint of other
+        parameters or data is a ValueError and is left untouched.  See docs/curation.md.
+    null : {None, "permutation"}, default=None
+        ``"permutation"``: every phase scores its own partitions ``n_null`` more times, each
+        with the active rows' labels permuted (class counts kept; with ``groups``, groups of
+        one size exchange their labels whole), and records in its PhaseRecord how many rows
+        reach tau by chance (``null_above_tau``, ``null_mean``, ``null_std``, ``null_share``,
+        ``null_excess``, ``null_margin``).  Each permutation costs about one more phase; the
+        null models start cold, so the observed result (keep, removed, scores) is bitwise that
+        of a run without the null unless ``stop`` uses it.  See docs/null.md and
+        :mod:`aflite_fast.null`.
+    n_null : int, default=1
+        Permutations per phase.  The stop rule needs a spread: with one permutation only the
+        Poisson floor ``sqrt(mean)`` is known, which real scores exceed (docs/null.md); use 3
+        or more with ``stop="null"``.
+    stop : {"paper", "null", "both"}, default="paper"
+        ``"paper"``: stop after the first phase where fewer than ``slice_size`` rows reach tau
+        (those are removed; Algorithm 1).  ``"null"`` (needs ``null``): stop at the first phase
+        whose rows at or above tau do not exceed the null's mean by its margin
+        (``3 * max(std, sqrt(mean)) * sqrt(1 + 1/n_null)``); that phase removes nothing, the
+        "fewer than k" rule is not applied.  ``"both"``: whichever comes first.
 
     Returns
     -------
@@ -194,7 +331,19 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
     ------
     ValueError
         For inconsistent inputs: X not 2-D, NaN/inf in X, lengths differ, a single class,
-        a class with fewer than two rows, ``train_size`` >= rows, ``tau`` outside [0, 1], ...
+        a class with fewer than two rows, ``train_size`` >= rows, ``tau`` outside [0, 1], bad
+        ``groups`` (length, NaN, a single group, groups too large for ``train_size``), a
+        checkpoint of another run, ...
+        Also when a partition's model did not move from its starting point (no solver step
+        and not converged), or did not converge on X whose values are too large for the
+        float32 solver (e.g. float32 rows scaled by 1e12): the message names the likely
+        cause; such models are never reported (null models included).
+
+    Warns
+    -----
+    sklearn.exceptions.ConvergenceWarning
+        When any partition's model stopped without converging (max_iter, a failed line
+        search, a non-finite value); ``history[i].solver_status`` counts them per phase.
     """
     if backend == "dask":
         from . import distributed
@@ -208,60 +357,125 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
     labels = encode_labels(y, n_rows)
     settings = validate_settings(n_rows, target_size=target_size, n_partitions=n_partitions,
                                  train_size=train_size, slice_size=slice_size, tau=tau, C=C)
+    if remove not in REMOVE_MODES:
+        raise ValueError(f"remove must be 'row' or 'group', got {remove!r}")
+    if remove == "group" and groups is None:
+        raise ValueError("remove='group' needs groups (a group id per row)")
+    n_null = check_null_args(null, n_null, stop)
+    group_codes = partition_groups(groups, n_rows, settings.train_rows(n_rows))
     spec = resolve_loss(loss, loss_params, labels.n_classes)
     n_threads = effective_n_threads(n_jobs) if backend == "local" else n_jobs
-    entropy = engine.seed_entropy(random_state)
+    store = None if checkpoint is None else Checkpoint(checkpoint)
+    if random_state is None and store is not None and store.saved_seed is not None:
+        entropy = int(store.saved_seed)
+    else:
+        entropy = engine.seed_entropy(random_state)
     options = SolverOptions(tol=tol, max_iter=max_iter)
     engine.parse_memory(max_memory)  # fail early on a bad budget string
+    state = None
+    if store is not None:
+        state = store.start(_run_parameters(settings, spec, entropy, tol, max_iter, remove, null, n_null, stop),
+                            data_fingerprint(X, labels.codes, labels.classes, group_codes))
+    if state is None:
+        state = LoopState(phase=0, active=np.arange(n_rows, dtype=np.int64), removed=np.empty(0, dtype=np.int64),
+                          removed_phase=np.empty(0, dtype=np.int64), scores=np.full(n_rows, np.nan))
+    resumed_from = state.phase
 
     center = scan(X).astype(np.float32)
-    active = np.arange(n_rows, dtype=np.int64)
-    scores = np.full(n_rows, np.nan)
-    removed, removed_phase, history = [], [], []
-    warm = None
-    stop_reason = "target_size reached"
-    bar = tqdm(total=max(0, n_rows - settings.target_size), disable=not progress, unit="row",
-               desc="AFLite", leave=True)
-    phase = 0
+    scale = DataScale(X if backend == "local" else None, center)  # read only if a model fails
+    active, scores, phase = state.active, state.scores, state.phase
+    removed, removed_phase = [state.removed], [state.removed_phase]
     try:
-        while active.size > settings.target_size:
+        history = [PhaseRecord(**record) for record in state.history]
+    except TypeError as exc:  # a checkpoint of another version, whose records have other fields
+        raise ValueError(f"checkpoint {os.fspath(checkpoint)!r}: its phase records do not fit this version "
+                         f"of aflite_fast ({exc}); give another checkpoint path") from None
+    # Next phase's partitions are new random subsets: every one of them starts from the mean
+    # of the last phase's models (close to the full-data optimum), which took about 9% fewer
+    # L-BFGS steps than starting partition j from its predecessor.
+    warm_mean = state.warm_mean
+    ended = state.stop_reason  # why the last phase ended the run, if it did
+    stop_reason = ended or "target_size reached"
+    solver = dict(n_classes=labels.n_classes, C=settings.C, loss=spec, options=options, max_memory=max_memory,
+                  n_threads=n_threads)
+    bar = tqdm(total=max(0, n_rows - settings.target_size), initial=int(state.removed.size),
+               disable=not progress, unit="row", desc="AFLite", leave=True)
+    try:
+        while ended is None and active.size > settings.target_size:
             t = settings.train_rows(active.size)
             if t >= active.size:
                 stop_reason = f"train_size ({t}) reached the number of active rows ({active.size})"
                 break
+            active_groups = None if group_codes is None else group_codes[active]
+            problem = None if active_groups is None else check_group_train_size(active_groups, t)
+            if problem:
+                stop_reason = f"groups: {problem}"
+                break
             start = time.perf_counter()
-            train_pos = engine.partition_train_positions(entropy, phase, active.size, t, settings.n_partitions)
-            res = score_phase(X, labels.codes, active, center, train_pos, n_classes=labels.n_classes,
-                              C=settings.C, loss=spec, options=options, max_memory=max_memory,
-                              n_threads=n_threads, warm_coef=warm)
-            # Next phase's partitions are new random subsets: start every one of them from
-            # the mean of this phase's models (close to the full-data optimum), which took
-            # about 9% fewer L-BFGS steps than starting partition j from its predecessor.
-            warm = np.repeat(res.coef.mean(axis=0, keepdims=True), res.coef.shape[0], axis=0)
+            train_pos = engine.partition_train_positions(entropy, phase, active.size, t, settings.n_partitions,
+                                                         groups=active_groups)
+            warm = None if warm_mean is None else np.repeat(warm_mean[None], settings.n_partitions, axis=0)
+            res = score_phase(X, labels.codes, active, center, train_pos, warm_coef=warm, **solver)
+            # an untrained model's votes are noise: never report them (ValueError naming the cause)
+            check_trained(res.n_iter, res.status, scale, what="partition model")
+            warm_mean = res.coef.mean(axis=0)
             phase_scores = res.scores
             scores[active] = phase_scores
             budget = min(settings.slice_size, active.size - settings.target_size)
-            chosen, n_eligible = _select(phase_scores, res.prob_label, res.seen, settings.tau, budget)
+            chosen, n_eligible = _eligible(res, active_groups, remove, settings.tau, budget)
+            observed = dict(n_scored=int(np.count_nonzero(res.seen)), n_blocks=res.n_blocks,
+                            mean_iterations=float(res.n_iter.mean()), solver_status=status_counts(res.status),
+                            score_hist=np.histogram(phase_scores[res.seen > 0], bins=SCORE_BINS,
+                                                    range=(0.0, 1.0))[0].tolist())
+            del res  # the null passes reuse the engine's memory budget
+            null_record, by_chance = {}, False
+            if null is not None:
+                null_start = time.perf_counter()
+                summary = _null_pass(score_phase, X, labels.codes, active, center, train_pos, entropy, phase,
+                                     n_null, active_groups, remove, settings.tau, solver, scale)
+                null_record = dict(null_above_tau=summary.counts, null_mean=summary.mean, null_std=summary.std,
+                                   null_share=summary.mean / active.size, null_excess=n_eligible - summary.mean,
+                                   null_margin=summary.margin, null_seconds=time.perf_counter() - null_start)
+                by_chance = stop != "paper" and summary.within(n_eligible)
+                if by_chance:  # no more rows reach tau than chance gives: none of them goes
+                    chosen = chosen[:0]
             removed.append(active[chosen])
             removed_phase.append(np.full(chosen.size, phase, dtype=np.int64))
             keep_pos = np.ones(active.size, dtype=bool)
             keep_pos[chosen] = False
             history.append(PhaseRecord(
-                phase=phase, n_active=int(active.size), train_size=t,
-                n_scored=int(np.count_nonzero(res.seen)), n_above_tau=int(n_eligible),
-                n_removed=int(chosen.size), n_blocks=res.n_blocks,
-                mean_iterations=float(res.n_iter.mean()), seconds=time.perf_counter() - start))
+                phase=phase, n_active=int(active.size), train_size=t, n_above_tau=int(n_eligible),
+                n_removed=int(chosen.size), seconds=time.perf_counter() - start, **observed,
+                class_active=np.bincount(labels.codes[active], minlength=labels.n_classes).tolist(),
+                class_removed=np.bincount(labels.codes[active[chosen]], minlength=labels.n_classes).tolist(),
+                **null_record))
             active = active[keep_pos]
             bar.update(int(chosen.size))
-            bar.set_postfix(phase=phase, active=int(active.size), above_tau=int(n_eligible))
+            bar.set_postfix(phase=phase, active=int(active.size), above_tau=int(n_eligible),
+                            **({} if null is None else {"null": round(summary.mean, 1)}))
             phase += 1
-            if n_eligible < settings.slice_size:
-                stop_reason = f"fewer than slice_size={settings.slice_size} rows reached tau={settings.tau}"
-                break
+            if by_chance:
+                ended = (f"the {n_eligible} rows at or above tau={settings.tau} do not exceed the permutation "
+                         f"null ({summary.mean:.1f}, mean of {n_null}) by its margin ({summary.margin:.1f})")
+            elif stop != "null" and n_eligible < settings.slice_size:
+                ended = f"fewer than slice_size={settings.slice_size} rows reached tau={settings.tau}"
+            elif chosen.size == 0:  # remove="group" only: no eligible group fits in the budget
+                ended = (f"the groups that reached tau={settings.tau} are all larger than the "
+                         f"{budget} rows left to remove in this phase")
+            if store is not None:
+                store.save(LoopState(phase=phase, active=active, removed=np.concatenate(removed),
+                                     removed_phase=np.concatenate(removed_phase), scores=scores,
+                                     warm_mean=warm_mean, history=[h.as_dict() for h in history],
+                                     stop_reason=ended))
+            if ended is not None:
+                stop_reason = ended
     finally:
         bar.close()
+    removed = np.concatenate(removed)
+    warn_not_converged(total_status(h.solver_status for h in history), what="partition model")
     return AFLiteResult(
-        keep=active,
-        removed=np.concatenate(removed) if removed else np.empty(0, dtype=np.int64),
-        removed_phase=np.concatenate(removed_phase) if removed_phase else np.empty(0, dtype=np.int64),
-        scores=scores, history=history, classes=labels.classes, stop_reason=stop_reason)
+        keep=active, removed=removed, removed_phase=np.concatenate(removed_phase), scores=scores,
+        history=history, classes=labels.classes, stop_reason=stop_reason,
+        kept_per_class=np.bincount(labels.codes[active], minlength=labels.n_classes).astype(np.int64),
+        removed_per_class=np.bincount(labels.codes[removed], minlength=labels.n_classes).astype(np.int64),
+        resumed_from=resumed_from)

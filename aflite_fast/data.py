@@ -1,12 +1,15 @@
-"""Opening and validating inputs: embeddings (ndarray, memmap or .npy path) and labels."""
+"""Opening and validating inputs: embeddings (ndarray, memmap or .npy/.npz path) and labels."""
 import os
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.sparse
 
-from ._rows import first_nonfinite_row
+from ._arrayfile import open_array_file
+from ._rows import first_nonfinite_row, first_row_beyond
 
-SUPPORTED_DTYPES = (np.float16, np.float32, np.float64)
+#: Largest magnitude the float32 kernel can hold; float64 values beyond it would become inf.
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 #: Rows read at a time by scans over X (validation, mean).
 SCAN_CHUNK_BYTES = 64 << 20
@@ -14,58 +17,142 @@ SCAN_CHUNK_BYTES = 64 << 20
 GATHER_CHUNK_BYTES = 8 << 20
 
 
+def check_dtype(dtype):
+    """Raise unless the rows of X can be converted to float32 rows chunk by chunk.
+
+    Accepted: float16/32/64, signed and unsigned integers and booleans, in either byte order
+    (scikit-learn accepts the same).  Every read converts only the rows it reads, so a big-endian
+    or integer file is never converted whole.
+    """
+    dtype = np.dtype(dtype)
+    if dtype.kind == "c":
+        raise ValueError(f"Complex data not supported: X has dtype {dtype}; pass real embeddings")
+    if not (dtype.kind in "iub" or (dtype.kind == "f" and dtype.itemsize <= 8)):
+        raise ValueError(f"X must be float16, float32 or float64 (or integer), got dtype {dtype}")
+    return dtype
+
+
 def open_embeddings(X):
-    """Return a 2-D float array view of X without copying it.
+    """Return a 2-D array view of X without copying it (an object array of numbers, which
+    cannot be viewed as numbers, is converted to float64).
 
     Parameters
     ----------
-    X : array-like, numpy.memmap, or str / os.PathLike to a ``.npy`` file
-        A path is opened read-only with ``mmap_mode="r"``, so a file larger than memory is
-        never loaded whole.
+    X : array-like, numpy.memmap, or str / os.PathLike to a ``.npy``/``.npz`` file
+        A path is opened read-only and memory-mapped, so a file larger than memory is never
+        loaded whole; ``FILE.npz:KEY`` picks one array of an archive (see
+        :func:`aflite_fast._arrayfile.open_array_file`).  Any byte order and integer dtypes
+        are accepted (see :func:`check_dtype`).
 
     Raises
     ------
     ValueError
-        If the file cannot be read, X is not 2-D, is empty, or has a non-float dtype.
+        If the file cannot be read, X is not 2-D, is empty, or has a dtype that is not a
+        real number.
+    TypeError
+        If X is sparse, or an object array holding values that are not numbers.
     """
     if isinstance(X, (str, os.PathLike)):
-        path = os.fspath(X)
-        try:
-            X = np.load(path, mmap_mode="r", allow_pickle=False)
-        except (OSError, ValueError) as exc:
-            raise ValueError(f"cannot read embeddings from {path!r}: {exc}") from exc
+        X = open_array_file(X, "embeddings")
+    elif scipy.sparse.issparse(X):
+        raise TypeError(f"X is a sparse {type(X).__name__}; sparse input is not supported, "
+                        "pass a dense array (X.toarray())")
     elif not isinstance(X, np.ndarray):
-        X = np.asarray(X)
+        try:
+            X = np.asarray(X)
+        except ValueError as exc:  # ragged nested sequences
+            raise ValueError(f"X cannot be read as a 2-D array: {exc}") from exc
         if X.dtype.kind in "iub":
             X = X.astype(np.float32)
+    if X.dtype.kind == "O" and not isinstance(X, np.memmap):
+        try:  # numbers held as Python objects, as scikit-learn's check_array accepts
+            X = X.astype(np.float64)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"X of dtype object must hold numbers: {exc}") from exc
     if X.ndim != 2:
-        raise ValueError(f"X must be 2-D (rows x features), got {X.ndim}-D with shape {X.shape}")
+        message = f"X must be 2-D (rows x features), got {X.ndim}-D with shape {X.shape}"
+        if X.ndim == 1:
+            message += ". Reshape your data: X.reshape(-1, 1) for one feature, X.reshape(1, -1) for one row"
+        raise ValueError(message)
     if X.shape[0] == 0 or X.shape[1] == 0:
-        raise ValueError(f"X is empty (shape {X.shape})")
-    if X.dtype not in [np.dtype(t) for t in SUPPORTED_DTYPES]:
-        raise ValueError(f"X must be float16, float32 or float64, got dtype {X.dtype}")
+        which = "0 sample(s)" if X.shape[0] == 0 else "0 feature(s)"
+        raise ValueError(f"X is empty: {which} (shape={X.shape}) while a minimum of 1 is required in each dimension")
+    check_dtype(X.dtype)
     return X
 
 
+def native_rows(block):
+    """``block`` as a C-contiguous array in native byte order (a copy only when it is not).
+
+    Applied to one chunk of rows at a time, so a big-endian or Fortran-ordered file is
+    converted chunk by chunk; the Numba helpers need native, contiguous arrays.
+    """
+    block = np.asarray(block)
+    if not block.dtype.isnative:
+        block = block.astype(block.dtype.newbyteorder("="))
+    return np.ascontiguousarray(block)
+
+
+def first_bad_row(block):
+    """``(row, message)`` of the first row of ``block`` the float32 kernel cannot take, or
+    ``(-1, None)``.
+
+    ``block`` is a chunk from :func:`native_rows`; ``row`` is its index in the chunk, and
+    the message has a ``{row}`` field for the caller's absolute index.  A row is bad when it
+    holds NaN or inf, or (float64) a value beyond :data:`FLOAT32_MAX`, which float32 would
+    turn into inf.  Integer rows are always good (int64 values are far inside float32's range).
+    """
+    if block.dtype.kind != "f":
+        return -1, None
+    if block.dtype.itemsize <= 4:
+        row = first_nonfinite_row(block)
+        return (row, _NONFINITE) if row >= 0 else (-1, None)
+    row = first_row_beyond(block, FLOAT32_MAX)
+    if row < 0:
+        return -1, None
+    return row, (_NONFINITE if not np.all(np.isfinite(block[row])) else _BEYOND_FLOAT32)
+
+
+_NONFINITE = "X contains NaN or inf (first at row {row})"
+_BEYOND_FLOAT32 = ("X holds values beyond the float32 range (|x| > 3.4e38), first at row {row}; "
+                   "the kernel computes in float32: rescale X")
+
+
+def scan_block(rows, start):
+    """Check one chunk of rows of X (its first row is row ``start`` of X) and sum it.
+
+    Returns
+    -------
+    problem : str or None
+        A message naming the first row the kernel cannot take (see :func:`first_bad_row`).
+    sums : ndarray (d,) float64 or None
+        Column sums of the chunk (None with a problem).
+    """
+    block = native_rows(rows)
+    bad, message = first_bad_row(block)
+    if bad >= 0:
+        return message.format(row=start + bad), None
+    return None, block.sum(axis=0, dtype=np.float64)
+
+
 def scan_rows(X, progress=None):
-    """One pass over X: checks every value is finite and returns the column means (float64).
+    """One pass over X: checks every row suits the float32 kernel; returns the column means (float64).
 
     Raises
     ------
     ValueError
-        Naming the first row that holds NaN or inf.
+        Naming the first row that holds NaN or inf, or a float64 value beyond float32's range.
     """
     n, d = X.shape
     chunk = max(1, SCAN_CHUNK_BYTES // max(1, d * X.dtype.itemsize))
     total = np.zeros(d, dtype=np.float64)
     for start in range(0, n, chunk):
-        block = np.asarray(X[start:start + chunk])
-        bad = first_nonfinite_row(np.ascontiguousarray(block))
-        if bad >= 0:
-            raise ValueError(f"X contains NaN or inf (first at row {start + bad})")
-        total += block.sum(axis=0, dtype=np.float64)
+        problem, sums = scan_block(X[start:start + chunk], start)
+        if problem is not None:
+            raise ValueError(problem)
+        total += sums
         if progress is not None:
-            progress.update(block.shape[0])
+            progress.update(min(n, start + chunk) - start)
     return total / n
 
 
@@ -116,7 +203,7 @@ def encode_labels(y, n_rows=None, min_per_class=2):
         classes = np.empty(len(index), dtype=object)
         classes[:] = list(index)
     if len(classes) < 2:
-        raise ValueError(f"y holds a single class ({classes[:1].tolist()[0]!r}); need at least two")
+        raise ValueError(f"y holds only one class ({classes[:1].tolist()[0]!r}); need at least two")
     counts = np.bincount(codes, minlength=len(classes))
     if counts.min() < min_per_class:
         i = int(np.argmin(counts))
@@ -157,22 +244,3 @@ def gather_rows(X, rows, center, out, chunk_bytes=None):
             src = np.take(X, rows[i0:i1], axis=0, out=buf[:i1 - i0])
         np.subtract(src, center, out=out[i0:i1, :d], casting="unsafe")
     return out
-
-
-def read_labels_file(path):
-    """Labels from a ``.npy`` file or a text/CSV file with one label per line.
-
-    Text labels that all parse as integers become int64; otherwise they stay strings.
-    """
-    path = os.fspath(path)
-    try:
-        if path.endswith(".npy"):
-            return np.load(path, allow_pickle=False)
-        with open(path, encoding="utf-8") as fh:
-            values = [line.strip().split(",")[0].strip() for line in fh if line.strip()]
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
-        raise ValueError(f"cannot read labels from {path!r}: {exc}") from exc
-    try:
-        return np.array([int(v) for v in values], dtype=np.int64)
-    except ValueError:
-        return np.array(values)

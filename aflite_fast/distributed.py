@@ -29,8 +29,9 @@ import numpy as np
 
 from . import engine, kernel
 from ._memory import parse_memory
-from ._rows import first_nonfinite_row, membership_matrix
-from .data import SCAN_CHUNK_BYTES, SUPPORTED_DTYPES, gather_rows
+from ._arrayfile import open_array_file
+from ._rows import membership_matrix
+from .data import SCAN_CHUNK_BYTES, check_dtype, gather_rows, scan_block
 from .losses import resolve_loss
 
 __all__ = ["DaskEmbeddings", "DaskPhaseScores", "as_dask_array", "connect", "score_phase_dask",
@@ -48,11 +49,6 @@ def _import_dask():
 
 
 # ----------------------------------------------------------------------------- opening X
-
-def _read_npy_rows(path, start, stop):
-    """Rows [start, stop) of a .npy file, read on the worker through a memory map."""
-    return np.array(np.load(path, mmap_mode="r", allow_pickle=False)[start:stop])
-
 
 def default_chunk_rows(n_features, itemsize):
     """Rows per chunk: the row block of ``data.scan_rows`` (64 MiB), so that no scan block
@@ -106,21 +102,15 @@ def _memmap_as_dask(X, chunk_rows):
 
 
 def _npy_as_dask(path, chunk_rows):
-    import dask
-    try:
-        mm = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"cannot read embeddings from {path!r}: {exc}") from exc
+    """A ``.npy``/``.npz`` file (or ``FILE.npz:KEY``) read on the workers through a memory map
+    of the same file; a compressed ``.npz`` member cannot be mapped and is sent from here."""
+    da, _ = _import_dask()
+    mm = open_array_file(path, "embeddings")
     if mm.ndim != 2:
         raise ValueError(f"X must be 2-D (rows x features), got {mm.ndim}-D with shape {mm.shape} in {path!r}")
-    n, d = mm.shape
-    st = os.stat(path)
-    # The key names the file, its size and mtime, and the rows: a changed file is re-read.
-    token = (os.path.abspath(path), st.st_size, st.st_mtime_ns)
-    return _chunked_rows(
-        n, d, mm.dtype, chunk_rows or default_chunk_rows(d, mm.dtype.itemsize),
-        functools.partial(_read_npy_rows, path),
-        lambda s, e: f"npy-rows-{dask.base.tokenize(*token, s, e)}")
+    if isinstance(mm, np.memmap) and _memmap_source(mm) is not None:
+        return _memmap_as_dask(mm, chunk_rows)
+    return da.from_array(mm, chunks=(chunk_rows or default_chunk_rows(mm.shape[1], mm.dtype.itemsize), -1))
 
 
 def as_dask_array(X, *, chunk_rows=None):
@@ -175,8 +165,7 @@ def as_dask_array(X, *, chunk_rows=None):
         raise ValueError(f"X is empty (shape {X.shape})")
     if any(np.isnan(c) for c in X.chunks[0]):
         raise ValueError("X has chunks of unknown size; call X.compute_chunk_sizes() first")
-    if X.dtype not in [np.dtype(t) for t in SUPPORTED_DTYPES]:
-        raise ValueError(f"X must be float16, float32 or float64, got dtype {X.dtype}")
+    check_dtype(X.dtype)
     if len(X.chunks[1]) != 1:
         X = X.rechunk({1: -1})  # rows are the unit of work: one chunk spans all columns
     return X
@@ -263,11 +252,7 @@ def _stack(pieces):
 # ----------------------------------------------------------------------------- centre
 
 def _scan_block(start, *pieces):
-    block = np.ascontiguousarray(_stack(pieces))
-    bad = first_nonfinite_row(block)
-    if bad >= 0:
-        return start + bad, None
-    return -1, block.sum(axis=0, dtype=np.float64)
+    return scan_block(_stack(pieces), start)
 
 
 def scan_rows_dask(X, progress=None):
@@ -279,7 +264,7 @@ def scan_rows_dask(X, progress=None):
     Raises
     ------
     ValueError
-        Naming the first row that holds NaN or inf.
+        Naming the first row that holds NaN or inf, or a float64 value beyond float32's range.
     """
     X = DaskEmbeddings.open(X)
     n, d = X.shape
@@ -289,9 +274,9 @@ def scan_rows_dask(X, progress=None):
         rows = np.arange(start, min(n, start + step), dtype=np.int64)
         futs.append(X.client.submit(_scan_block, start, *[f for f, _, _ in X.pieces(rows)], pure=False))
     total = np.zeros(d, dtype=np.float64)
-    for (bad, block_sum), start in zip(X.client.gather(futs), range(0, n, step)):
-        if bad >= 0:
-            raise ValueError(f"X contains NaN or inf (first at row {bad})")
+    for (problem, block_sum), start in zip(X.client.gather(futs), range(0, n, step)):
+        if problem is not None:
+            raise ValueError(problem)
         total += block_sum
         if progress is not None:
             progress.update(min(n, start + step) - start)

@@ -1,14 +1,18 @@
 """scikit-learn / imbalanced-learn style estimators on the compiled kernel."""
+import numbers
+
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
-from sklearn.utils.validation import check_is_fitted
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, column_or_1d
 
 from . import kernel
+from ._solver_status import check_solver_result
 from ._threads import effective_n_threads
 from .algorithm import aflite
 from .data import encode_labels, open_embeddings, scan_rows
 from .engine import kernel_C
-from .losses import resolve_loss
+from .losses import PARAMETER_NAMES, resolve_loss
 
 
 class AFLite(BaseEstimator):
@@ -17,8 +21,8 @@ class AFLite(BaseEstimator):
     Parameters
     ----------
     target_size, n_partitions, train_size, slice_size, tau, C, loss, loss_params, max_memory,
-    random_state, n_jobs, progress, tol, max_iter
-        As in :func:`aflite_fast.aflite`.
+    random_state, n_jobs, progress, tol, max_iter, remove, checkpoint, null, n_null, stop
+        As in :func:`aflite_fast.aflite`; the groups are given to :meth:`fit_resample`.
 
     Attributes
     ----------
@@ -37,7 +41,8 @@ class AFLite(BaseEstimator):
 
     def __init__(self, *, target_size, n_partitions=64, train_size=0.5, slice_size=500, tau=0.75,
                  C=1.0, loss="ce", loss_params=None, max_memory=None, random_state=None, n_jobs=None,
-                 progress=False, tol=1e-4, max_iter=1000):
+                 progress=False, tol=1e-4, max_iter=1000, remove="row", checkpoint=None, null=None,
+                 n_null=1, stop="paper"):
         self.target_size = target_size
         self.n_partitions = n_partitions
         self.train_size = train_size
@@ -52,23 +57,30 @@ class AFLite(BaseEstimator):
         self.progress = progress
         self.tol = tol
         self.max_iter = max_iter
+        self.remove = remove
+        self.checkpoint = checkpoint
+        self.null = null
+        self.n_null = n_null
+        self.stop = stop
 
-    def fit(self, X, y):
-        """Run AFLite on (X, y) and store the kept rows' indices."""
+    def fit(self, X, y, groups=None):
+        """Run AFLite on (X, y) and store the kept rows' indices; ``groups`` as in
+        :func:`aflite_fast.aflite` (a group id per row: partitions train on whole groups)."""
         self.result_ = aflite(
             X, y, target_size=self.target_size, n_partitions=self.n_partitions,
             train_size=self.train_size, slice_size=self.slice_size, tau=self.tau, C=self.C,
             loss=self.loss, loss_params=self.loss_params, max_memory=self.max_memory,
             random_state=self.random_state, n_jobs=self.n_jobs, progress=self.progress,
-            tol=self.tol, max_iter=self.max_iter)
+            tol=self.tol, max_iter=self.max_iter, groups=groups, remove=self.remove,
+            checkpoint=self.checkpoint, null=self.null, n_null=self.n_null, stop=self.stop)
         self.sample_indices_ = self.result_.keep
         self.predictability_ = self.result_.scores
         self.history_ = self.result_.history
         return self
 
-    def fit_resample(self, X, y):
+    def fit_resample(self, X, y, groups=None):
         """Fit and return the kept rows ``(X[sample_indices_], y[sample_indices_])``."""
-        self.fit(X, y)
+        self.fit(X, y, groups=groups)
         X_arr = open_embeddings(X)
         return np.asarray(X_arr[self.sample_indices_]), np.asarray(y)[self.sample_indices_]
 
@@ -82,8 +94,9 @@ class RobustLogisticRegression(ClassifierMixin, BaseEstimator):
 
     Parameters
     ----------
-    loss : str, default="ce"
-        One of :data:`aflite_fast.losses.LOSS_NAMES`.
+    loss : str or UserLoss, default="ce"
+        One of :data:`aflite_fast.losses.LOSS_NAMES`, or a user loss
+        (:class:`aflite_fast.user_loss.UserLoss`).
     C : float, default=1.0
         Inverse L2 strength (scikit-learn's meaning; the intercept is not penalized).
     tol : float, default=1e-4
@@ -91,58 +104,96 @@ class RobustLogisticRegression(ClassifierMixin, BaseEstimator):
     max_iter : int, default=1000
     n_jobs : int, optional
         Threads; results do not depend on it.
-    **loss_params
-        Parameters of the loss, e.g. ``q=0.7`` for "gce", ``T=...`` for "forward".
+    q, k, alpha, beta, A, T : optional
+        Parameters of the loss (:data:`aflite_fast.losses.LOSS_PARAMETERS` lists which loss
+        takes which, and their defaults): ``q`` for "gce" and "gce_trunc", ``k`` for
+        "gce_trunc", ``alpha``, ``beta``, ``A`` for "sce", the transition matrix ``T``
+        (C x C) for "forward".  None (the default) means the loss's default; a parameter the
+        loss does not take is an error at fit.
+    loss_params : dict, optional
+        Parameters under other names (a user loss's own); a name may not be given both here
+        and above.
 
     Attributes
     ----------
     classes_ : ndarray (n_classes,)
     coef_ : ndarray (n_classes, n_features), or (1, n_features) for two classes
     intercept_ : ndarray (n_classes,), or (1,) for two classes
+    n_features_in_ : int
     n_iter_ : ndarray (1,)
     """
 
-    def __init__(self, loss="ce", C=1.0, tol=1e-4, max_iter=1000, n_jobs=None, **loss_params):
+    def __init__(self, loss="ce", C=1.0, tol=1e-4, max_iter=1000, n_jobs=None, *, q=None, k=None,
+                 alpha=None, beta=None, A=None, T=None, loss_params=None):
         self.loss = loss
         self.C = C
         self.tol = tol
         self.max_iter = max_iter
         self.n_jobs = n_jobs
+        self.q = q
+        self.k = k
+        self.alpha = alpha
+        self.beta = beta
+        self.A = A
+        self.T = T
         self.loss_params = loss_params
-        for key, value in loss_params.items():
-            setattr(self, key, value)
 
-    def get_params(self, deep=True):
-        params = {"loss": self.loss, "C": self.C, "tol": self.tol, "max_iter": self.max_iter,
-                  "n_jobs": self.n_jobs}
-        params.update({k: getattr(self, k) for k in self.loss_params})
-        return params
+    def _loss_spec(self, n_classes):
+        """The loss resolved by the registry from the parameters that are set."""
+        if self.loss_params is not None and not isinstance(self.loss_params, dict):
+            raise TypeError(f"loss_params must be a dict or None, got {self.loss_params!r}")
+        params = dict(self.loss_params or {})
+        for name in PARAMETER_NAMES:
+            value = getattr(self, name)
+            if value is not None:
+                if name in params:
+                    raise ValueError(f"loss parameter {name!r} is given twice: as {name}= and in loss_params")
+                params[name] = value
+        return resolve_loss(self.loss, params, n_classes)
 
-    def set_params(self, **params):
-        for key, value in params.items():
-            if key not in ("loss", "C", "tol", "max_iter", "n_jobs"):
-                self.loss_params[key] = value
-            setattr(self, key, value)
-        return self
+    def _validate_X(self, X, *, reset):
+        """X opened as :func:`aflite_fast.data.open_embeddings` does, its rows checked for
+        the float32 kernel; returns (X, column means)."""
+        X = open_embeddings(X)
+        if reset:
+            self.n_features_in_ = X.shape[1]
+        elif X.shape[1] != self.n_features_in_:
+            raise ValueError(f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
+                             f"{self.n_features_in_} features as input")
+        return X, scan_rows(X)
 
     def fit(self, X, y):
-        """Fit the model on (X, y)."""
-        X = open_embeddings(X)
-        labels = encode_labels(y, X.shape[0], min_per_class=1)
+        """Fit the model on (X, y).
+
+        Parameters
+        ----------
+        X : array-like, numpy.memmap or path, shape (n_samples, n_features)
+            Rows as :func:`aflite_fast.data.open_embeddings` takes them.
+        y : array-like of shape (n_samples,)
+            Class labels.
+
+        Returns
+        -------
+        self
+        """
+        X, center = self._validate_X(X, reset=True)
+        y = column_or_1d(y, warn=True)
+        labels = encode_labels(y, X.shape[0], min_per_class=1)  # first: it refuses NaN in y
+        check_classification_targets(y)
         C = self.C
-        if isinstance(C, bool) or not np.isscalar(C) or not C > 0:
+        if isinstance(C, bool) or not isinstance(C, numbers.Real) or not C > 0 or not np.isfinite(C):
             raise ValueError(f"C must be a positive number, got {C!r}")
-        spec = resolve_loss(self.loss, self.loss_params, labels.n_classes)
-        center = scan_rows(X)
+        spec = self._loss_spec(labels.n_classes)
+        options = kernel.SolverOptions(tol=self.tol, max_iter=self.max_iter)
+        n_threads = effective_n_threads(self.n_jobs)
         Xa = kernel.augment_rows(np.asarray(X), center.astype(np.float32))
         member = np.ones((X.shape[0], 1), dtype=np.uint8)
         coef, info = kernel.train_models(
             Xa, labels.codes, member, labels.n_classes, C=kernel_C(C, labels.n_classes), loss=spec,
-            precond="auto", options=kernel.SolverOptions(tol=self.tol, max_iter=self.max_iter),
-            n_threads=effective_n_threads(self.n_jobs))
+            precond="auto", options=options, n_threads=n_threads)
+        check_solver_result(info["n_iter"], info["status"], X, center)  # never an untrained model
         self._coef_full = kernel.uncenter_coef(coef[0], center.astype(np.float32).astype(np.float64))
         self.classes_ = labels.classes
-        self.n_features_in_ = X.shape[1]
         self.n_iter_ = info["n_iter"].astype(np.int64)
         W = self._coef_full
         if labels.n_classes == 2:
@@ -154,21 +205,28 @@ class RobustLogisticRegression(ClassifierMixin, BaseEstimator):
         return self
 
     def predict_proba(self, X):
-        """Class probabilities, shape (n_samples, n_classes)."""
-        check_is_fitted(self, "_coef_full")
-        X = open_embeddings(X)
-        if X.shape[1] != self.n_features_in_:
-            raise ValueError(f"X has {X.shape[1]} features, the model was fitted with {self.n_features_in_}")
+        """Class probabilities, shape (n_samples, n_classes).
+
+        Raises
+        ------
+        NotFittedError
+            Before :meth:`fit`.
+        ValueError
+            If X has another number of features than at fit, or holds NaN or inf.
+        """
+        check_is_fitted(self)
+        X, _ = self._validate_X(X, reset=False)
         Xa = kernel.augment_rows(np.asarray(X))
         return kernel.predict_proba(Xa, self._coef_full, n_threads=effective_n_threads(self.n_jobs))
 
     def decision_function(self, X):
         """Logits (n_samples, n_classes), or the log-odds (n_samples,) for two classes."""
-        check_is_fitted(self, "_coef_full")
-        X = np.asarray(open_embeddings(X), dtype=np.float64)
-        Z = X @ self._coef_full[:-1] + self._coef_full[-1]
+        check_is_fitted(self)
+        X, _ = self._validate_X(X, reset=False)
+        Z = np.asarray(X, dtype=np.float64) @ self._coef_full[:-1] + self._coef_full[-1]
         return Z[:, 1] - Z[:, 0] if Z.shape[1] == 2 else Z
 
     def predict(self, X):
         """Most probable class of each row."""
-        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+        proba = self.predict_proba(X)  # first: it raises NotFittedError before fit
+        return self.classes_[np.argmax(proba, axis=1)]

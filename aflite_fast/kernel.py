@@ -6,6 +6,7 @@ Rows handed to the kernel are float32 with a trailing column of ones (the interc
 ``augment_rows`` and :mod:`aflite_fast.data` produce them.  ``preconditioner`` builds the
 shared initial inverse Hessian of the solver from a sample of the rows.
 """
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
@@ -64,6 +65,10 @@ class SolverOptions:
         Number of correction pairs kept by L-BFGS.
     max_line_search : int
         Backtracking steps before a model is declared stuck (at float32 precision).
+    precondition : bool
+        Start L-BFGS from the preconditioner of :func:`preconditioner` instead of the
+        identity (callers that build one: the engine, oof, the estimators).  It changes the
+        path of the solver, not its optimum.
     """
 
     tol: float = 1e-4
@@ -72,6 +77,20 @@ class SolverOptions:
     history: int = 10
     max_line_search: int = 30
     precondition: bool = True
+
+    def __post_init__(self):
+        # checked here, not in the kernel: a C int or double argument would take a float
+        # max_iter or a NaN tol silently, or fail with a message naming no argument
+        for name in ("tol", "ftol"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < np.inf:
+                raise ValueError(f"{name} must be a non-negative number, got {value!r}")
+        for name, low in (("max_iter", 0), ("history", 1), ("max_line_search", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not low <= value < 2**31:
+                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        if not isinstance(self.precondition, (bool, np.bool_)):
+            raise ValueError(f"precondition must be True or False, got {self.precondition!r}")
 
 
 def preconditioner_sample(n_rows, n_columns):

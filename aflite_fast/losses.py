@@ -32,13 +32,15 @@ training with plain ``L_q``; :class:`LossSpec` records that as ``warmup`` (a spe
 ``gce`` with the same q): a caller starting from zeros trains with ``spec.warmup`` first and
 then continues from that solution with ``spec`` (see :func:`needs_warmup`).
 """
+import numbers
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
 
-# codes match the enum in csrc/afl_losses.h
-_CODES = {"ce": 0, "gce": 1, "gce_trunc": 2, "mae": 3, "sce": 4, "forward": 5, "user": 6}
+from ._loss_names import LOSS_CODES as _CODES, LOSS_NAMES  # noqa: F401 (LOSS_NAMES: public)
+
 _USER_CODE = _CODES["user"]
 
 
@@ -67,35 +69,59 @@ class LossSpec:
     warmup: Optional["LossSpec"] = None
 
 
-def _gce_params(params, n_classes):
-    q = float(params.pop("q", 0.7))
+#: Parameters each loss takes and their defaults (None: no default, the caller must pass
+#: it).  The one place that knows them: the functions below read the defaults here, and
+#: :class:`aflite_fast.RobustLogisticRegression` has one constructor parameter per name.
+LOSS_PARAMETERS = {
+    "ce": {},
+    "gce": {"q": 0.7},
+    "gce_trunc": {"q": 0.7, "k": 0.5},
+    "mae": {},
+    "sce": {"alpha": 0.1, "beta": 1.0, "A": -4.0},
+    "forward": {"T": None},
+}
+#: Every parameter name of a built-in loss, in a fixed order.
+PARAMETER_NAMES = tuple(dict.fromkeys(name for p in LOSS_PARAMETERS.values() for name in p))
+
+
+def _real(params, loss, name):
+    """Pop parameter ``name`` of ``loss`` as a float (its default when absent)."""
+    value = params.pop(name, LOSS_PARAMETERS[loss][name])
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{loss}: {name} must be a real number, got {value!r}")
+    return float(value)
+
+
+def _gce_params(params, n_classes, loss="gce"):
+    q = _real(params, loss, "q")
     if not 0.0 < q <= 1.0:
-        raise ValueError(f"gce: q must be in (0, 1], got {q}")
+        raise ValueError(f"{loss}: q must be in (0, 1], got {q}")
     return [q]
 
 
 def _gce_trunc_params(params, n_classes):
-    q = _gce_params(params, n_classes)[0]
-    k = float(params.pop("k", 0.5))
+    q = _gce_params(params, n_classes, "gce_trunc")[0]
+    k = _real(params, "gce_trunc", "k")
     if not 0.0 <= k < 1.0:
         raise ValueError(f"gce_trunc: k must be in [0, 1), got {k}")
     return [q, k]
 
 
 def _sce_params(params, n_classes):
-    alpha = float(params.pop("alpha", 0.1))
-    beta = float(params.pop("beta", 1.0))
-    A = float(params.pop("A", -4.0))
-    if not (alpha >= 0 and beta >= 0 and alpha + beta > 0 and A < 0):
+    alpha, beta, A = (_real(params, "sce", name) for name in ("alpha", "beta", "A"))
+    if not (alpha >= 0 and beta >= 0 and alpha + beta > 0 and A < 0 and np.isfinite([alpha, beta, A]).all()):
         raise ValueError(f"sce: need alpha >= 0, beta >= 0 (not both 0) and A < 0, got "
                          f"alpha={alpha}, beta={beta}, A={A}")
     return [alpha, beta, A]
 
 
 def _forward_params(params, n_classes):
-    if "T" not in params:
+    if params.get("T") is None:
         raise ValueError("forward: pass the noise transition matrix T (C x C, rows sum to 1)")
-    T = np.asarray(params.pop("T"), dtype=np.float64)
+    try:
+        T = np.asarray(params.pop("T"), dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"forward: T must be a C x C matrix of numbers: {exc}") from exc
     if T.shape != (n_classes, n_classes):
         raise ValueError(f"forward: T must have shape {(n_classes, n_classes)}, got {T.shape}")
     if not np.all(np.isfinite(T)) or np.any(T < 0) or not np.allclose(T.sum(axis=1), 1.0, atol=1e-6):
@@ -116,8 +142,6 @@ _PARAMS = {
     "forward": _forward_params,
 }
 
-#: Names accepted by ``loss=`` everywhere (API and command line).
-LOSS_NAMES = tuple(_PARAMS)
 
 
 def _check_spec(spec):
@@ -152,6 +176,8 @@ def resolve_loss(loss="ce", loss_params=None, n_classes=2):
     -------
     LossSpec
     """
+    if loss_params is not None and not isinstance(loss_params, Mapping):
+        raise TypeError(f"loss_params must be a dict of parameter names to values, got {loss_params!r}")
     if isinstance(loss, LossSpec):
         if loss_params:
             raise ValueError(f"loss {loss.name!r} is already resolved; it takes no parameters "

@@ -20,7 +20,10 @@ C. With ``n_partitions=m`` the folds are replaced by AFLite's m random partition
    (``engine.partition_train_positions``) and each row's probabilities are averaged over the
    partitions that held it out; this path calls ``engine.score_phase`` itself, so its counts
    are exactly :func:`aflite_fast.predictability`'s for the same ``random_state``.
-D. Results depend on the inputs, the folds and ``random_state`` only: the kernel's sums are
+D. With ``groups`` no group is split between a training and a held-out set: an int ``cv``
+   gives ``StratifiedGroupKFold``, a splitter gets ``split(X, y, groups)``, given pairs are
+   checked, and partitions draw whole groups (``engine.partition_train_positions``).
+E. Results depend on the inputs, the folds and ``random_state`` only: the kernel's sums are
    in fixed row blocks (aligned to row positions), so neither thread count, memory budget,
    nor memory-mapped input changes them.
 """
@@ -35,6 +38,7 @@ from ._memory import parse_memory
 from ._threads import effective_n_threads
 from .algorithm import validate_settings
 from .data import encode_labels, gather_rows, open_embeddings, scan_rows
+from .groups import encode_groups, partition_groups
 from .losses import resolve_loss
 
 
@@ -91,24 +95,33 @@ def _sklearn_seed(random_state):
     return engine.seed_entropy(random_state) % (2**32)
 
 
-def make_folds(cv, codes, random_state=None):
+def make_folds(cv, codes, random_state=None, groups=None):
     """(train, test) index pairs from an int, a splitter with ``split``, or an iterable of pairs.
 
-    An int K gives ``StratifiedKFold(K, shuffle=True, random_state=random_state)``, so the same
-    folds can be rebuilt with scikit-learn for an int ``random_state``.
+    An int K gives ``StratifiedKFold(K, shuffle=True, random_state=random_state)`` (with
+    ``groups``, integer group codes: ``StratifiedGroupKFold``), so the same folds can be
+    rebuilt with scikit-learn for an int ``random_state``.  A splitter is called as
+    ``split(X, codes, groups)``; given pairs must not split a group.
     """
     n = codes.shape[0]
     if isinstance(cv, numbers.Integral) and not isinstance(cv, bool):
-        from sklearn.model_selection import StratifiedKFold
+        from sklearn.model_selection import StratifiedGroupKFold, StratifiedKFold
 
         if cv < 2:
             raise ValueError(f"cv must be at least 2 folds, got {cv}")
         smallest = int(np.bincount(codes).min())
         if smallest < cv:
             raise ValueError(f"cv={cv} folds need at least {cv} rows of every class; the smallest class has {smallest}")
-        cv = StratifiedKFold(int(cv), shuffle=True, random_state=_sklearn_seed(random_state))
+        seed = _sklearn_seed(random_state)
+        if groups is None:
+            cv = StratifiedKFold(int(cv), shuffle=True, random_state=seed)
+        elif np.unique(groups).size < cv:
+            raise ValueError(f"cv={cv} folds need at least {cv} groups; groups holds {np.unique(groups).size}")
+        else:
+            cv = StratifiedGroupKFold(int(cv), shuffle=True, random_state=seed)
     if hasattr(cv, "split"):
-        pairs = cv.split(np.zeros((n, 1), dtype=np.uint8), codes)
+        X0 = np.zeros((n, 1), dtype=np.uint8)
+        pairs = cv.split(X0, codes) if groups is None else cv.split(X0, codes, groups)
     else:
         try:
             pairs = iter(cv)
@@ -133,6 +146,11 @@ def make_folds(cv, codes, random_state=None):
                 raise ValueError(f"cv entry {k}: {name} indices out of range [0, {n})")
         if train.size == 0 or test.size == 0:
             raise ValueError(f"cv entry {k} has an empty train or test set")
+        if groups is not None:
+            split = np.intersect1d(groups[train], groups[test])
+            if split.size:
+                raise ValueError(f"cv entry {k} puts rows of {split.size} group(s) in both its train and test "
+                                 f"sets (group code {split[0]}); with groups no fold may split a group")
         folds.append((np.unique(train.astype(np.int64)), np.unique(test.astype(np.int64))))
     if len(folds) == 0:
         raise ValueError("cv produced no folds")
@@ -225,7 +243,7 @@ def _normalize(proba_sum, seen):
 
 
 def oof_run(X, y, *, cv=5, C=1.0, loss="ce", loss_params=None, n_partitions=None, train_size=None,
-            max_memory=None, random_state=None, n_jobs=None, tol=1e-4, max_iter=1000):
+            max_memory=None, random_state=None, n_jobs=None, tol=1e-4, max_iter=1000, groups=None):
     """Run the kernel once and return every held-out statistic (see :class:`OOFRun`).
 
     Parameters are those of :func:`oof_predict_proba`.
@@ -245,7 +263,8 @@ def oof_run(X, y, *, cv=5, C=1.0, loss="ce", loss_params=None, n_partitions=None
         center = scan_rows(X).astype(np.float32)
         t = settings.train_rows(n_rows)
         train_pos = engine.partition_train_positions(engine.seed_entropy(random_state), 0, n_rows, t,
-                                                     settings.n_partitions)
+                                                     settings.n_partitions,
+                                                     groups=partition_groups(groups, n_rows, t))
         proba_sum = np.zeros((n_rows, labels.n_classes), dtype=np.float64)
         res = engine.score_phase(X, labels.codes, np.arange(n_rows, dtype=np.int64), center, train_pos,
                                  n_classes=labels.n_classes, C=C, loss=spec, options=options,
@@ -262,7 +281,8 @@ def oof_run(X, y, *, cv=5, C=1.0, loss="ce", loss_params=None, n_partitions=None
             raise ValueError("train_size applies to n_partitions mode only; with cv the folds fix the training sets")
         labels = encode_labels(y, n_rows)
         spec = resolve_loss(loss, loss_params, labels.n_classes)
-        folds = make_folds(cv, labels.codes, random_state)
+        folds = make_folds(cv, labels.codes, random_state,
+                           groups=None if groups is None else encode_groups(groups, n_rows))
         K = len(folds)
         member = np.zeros((n_rows, K), dtype=np.uint8)
         heldout = np.zeros((n_rows, K), dtype=np.uint8)
@@ -288,7 +308,7 @@ def oof_run(X, y, *, cv=5, C=1.0, loss="ce", loss_params=None, n_partitions=None
 
 def oof_predict_proba(X, y, *, cv=5, C=1.0, loss="ce", loss_params=None, n_partitions=None,
                       train_size=None, max_memory=None, random_state=None, n_jobs=None, tol=1e-4,
-                      max_iter=1000):
+                      max_iter=1000, groups=None):
     """Out-of-sample predicted probabilities of every row, all folds trained in one kernel call.
 
     With ``loss="ce"`` and the same folds this equals
@@ -297,8 +317,9 @@ def oof_predict_proba(X, y, *, cv=5, C=1.0, loss="ce", loss_params=None, n_parti
 
     Parameters
     ----------
-    X : ndarray, numpy.memmap or path to a ``.npy`` file, shape (N, d)
-        Embeddings, float16/float32/float64; memory maps are read in chunks, never copied whole.
+    X : ndarray, numpy.memmap or path to a ``.npy``/``.npz`` file (``FILE.npz:KEY``), shape (N, d)
+        Embeddings, float16/32/64 or integers, either byte order (see
+        :func:`aflite_fast.data.open_embeddings`); memory maps are read in chunks, never copied whole.
     y : array-like of shape (N,)
         Labels of any sortable type; columns of the output follow ``np.unique(y)``.
     cv : int, splitter or iterable of (train, test) pairs, default=5
@@ -325,6 +346,12 @@ def oof_predict_proba(X, y, *, cv=5, C=1.0, loss="ce", loss_params=None, n_parti
         Threads (None: all cores); results do not depend on it.
     tol, max_iter : float, int
         Each model's L-BFGS stopping rules (max |gradient| of mean loss + L2 term; iterations).
+    groups : array-like of shape (N,), optional
+        A group id per row: no group is split between a model's training and held-out rows.
+        An int ``cv`` then gives ``StratifiedGroupKFold(cv, shuffle=True,
+        random_state=random_state)`` over the group codes (0..G-1 in order of first appearance),
+        a splitter is called as ``cv.split(X, y, groups)``, and partitions draw whole groups
+        as in :func:`aflite_fast.aflite`.
 
     Returns
     -------
@@ -346,4 +373,4 @@ def oof_predict_proba(X, y, *, cv=5, C=1.0, loss="ce", loss_params=None, n_parti
     """
     return oof_run(X, y, cv=cv, C=C, loss=loss, loss_params=loss_params, n_partitions=n_partitions,
                    train_size=train_size, max_memory=max_memory, random_state=random_state,
-                   n_jobs=n_jobs, tol=tol, max_iter=max_iter).proba
+                   n_jobs=n_jobs, tol=tol, max_iter=max_iter, groups=groups).proba

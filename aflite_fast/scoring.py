@@ -1,14 +1,18 @@
 """One AFLite phase on all rows, without removal: scoring separate from deciding."""
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 
 from . import engine
+from ._solver_status import DataScale, check_trained, status_counts, warn_not_converged
 from ._threads import effective_n_threads
-from .algorithm import validate_settings
+from .algorithm import score_nulls, validate_settings
 from .data import encode_labels, open_embeddings, scan_rows
+from .groups import partition_groups
 from .kernel import SolverOptions
 from .losses import resolve_loss
+from .null import check_null_args
 
 
 @dataclass
@@ -25,6 +29,11 @@ class PredictabilityResult:
         Mean held-out probability of the given label (NaN where seen == 0).
     n_iter : ndarray (n_partitions,) int32
         L-BFGS iterations of each partition's model.
+    null_scores : ndarray (n_null, N) float64 or None
+        With ``null="permutation"``: the scores of the same partitions under each label
+        permutation (NaN for rows never held out); count them at any tau.
+    status : ndarray (n_partitions,) int32
+        Solver status code of each partition's model (names: ``kernel.STATUS_NAMES``).
     """
 
     scores: np.ndarray
@@ -32,34 +41,68 @@ class PredictabilityResult:
     seen: np.ndarray
     prob_label: np.ndarray
     n_iter: np.ndarray
+    null_scores: Optional[np.ndarray] = None
+    status: np.ndarray = None
+
+    @property
+    def solver_status(self):
+        """Models by solver status name, e.g. ``{"converged": 64, "max_iter": 0, ...}``."""
+        return status_counts(self.status)
 
 
 def predictability(X, y, *, n_partitions=64, train_size, C=1.0, loss="ce", loss_params=None,
-                   max_memory=None, random_state=None, n_jobs=None, tol=1e-4, max_iter=1000):
+                   max_memory=None, random_state=None, n_jobs=None, tol=1e-4, max_iter=1000, groups=None,
+                   null=None, n_null=1):
     """Predictability score of every row from one phase of ``n_partitions`` random partitions.
 
     Parameters are those of :func:`aflite`.  The partitions are those of phase 0 of
-    ``aflite(..., random_state=random_state)``, so the scores equal that run's first phase.
+    ``aflite(..., random_state=random_state, groups=groups)``, so the scores equal that run's
+    first phase.  With ``groups`` every partition trains on whole groups.  With
+    ``null="permutation"`` the same partitions are scored ``n_null`` more times with the
+    labels permuted, the permutations of that run's phase 0 (``null_scores``; see
+    :mod:`aflite_fast.null`).
 
     Returns
     -------
     PredictabilityResult
+
+    Raises
+    ------
+    ValueError
+        As :func:`aflite`, including partition models that did not move from their start or
+        did not converge on badly scaled X.
+
+    Warns
+    -----
+    sklearn.exceptions.ConvergenceWarning
+        When any partition's model stopped without converging.
     """
     X = open_embeddings(X)
     n_rows = X.shape[0]
     labels = encode_labels(y, n_rows)
     settings = validate_settings(n_rows, target_size=0, n_partitions=n_partitions,
                                  train_size=train_size, slice_size=1, tau=0.5, C=C)
+    n_null = check_null_args(null, n_null, "paper")
     spec = resolve_loss(loss, loss_params, labels.n_classes)
     center = scan_rows(X).astype(np.float32)
     active = np.arange(n_rows, dtype=np.int64)
     t = settings.train_rows(n_rows)
-    train_pos = engine.partition_train_positions(engine.seed_entropy(random_state), 0, n_rows, t,
-                                                 settings.n_partitions)
-    res = engine.score_phase(X, labels.codes, active, center, train_pos, n_classes=labels.n_classes,
-                             C=settings.C, loss=spec, options=SolverOptions(tol=tol, max_iter=max_iter),
-                             max_memory=max_memory, n_threads=effective_n_threads(n_jobs))
+    group_codes = partition_groups(groups, n_rows, t)
+    entropy = engine.seed_entropy(random_state)
+    train_pos = engine.partition_train_positions(entropy, 0, n_rows, t, settings.n_partitions, groups=group_codes)
+    solver = dict(n_classes=labels.n_classes, C=settings.C, loss=spec,
+                  options=SolverOptions(tol=tol, max_iter=max_iter), max_memory=max_memory,
+                  n_threads=effective_n_threads(n_jobs))
+    scale = DataScale(X, center)  # read only if a model failed
+    res = engine.score_phase(X, labels.codes, active, center, train_pos, **solver)
+    check_trained(res.n_iter, res.status, scale, what="partition model")
+    warn_not_converged(status_counts(res.status), what="partition model")
+    null_scores = None
+    if null is not None:
+        null_scores = np.stack([null_res.scores for null_res in score_nulls(
+            engine.score_phase, X, labels.codes, active, center, train_pos, entropy, 0, n_null, group_codes,
+            solver, scale)])
     with np.errstate(invalid="ignore", divide="ignore"):
         mean_prob = np.where(res.seen > 0, res.prob_label / np.maximum(res.seen, 1), np.nan)
-    return PredictabilityResult(scores=res.scores, correct=res.correct, seen=res.seen,
-                                prob_label=mean_prob, n_iter=res.n_iter)
+    return PredictabilityResult(scores=res.scores, correct=res.correct, seen=res.seen, prob_label=mean_prob,
+                                n_iter=res.n_iter, null_scores=null_scores, status=res.status)

@@ -88,8 +88,8 @@ class UserLoss:
         is used as is.
     params : dict of str to float, optional
         Parameter names and default values, in the order the function reads them.  Values
-        can be overridden per use (``RobustLogisticRegression(loss=L, q=0.5)`` or
-        ``loss_params={"q": 0.5}``).
+        can be overridden per use (``loss_params={"q": 0.5}`` everywhere, or
+        ``RobustLogisticRegression(loss=L, q=0.5)`` for a name it has as a parameter).
     name : str, optional
         Name reported in results (defaults to the function's name).
 

@@ -88,3 +88,27 @@ def readonly_memmap(tmp_path):
         return mm
 
     return _make
+
+
+@pytest.fixture
+def output_files():
+    """Factory: ``output_files(dir)`` -> sorted names a command wrote into ``dir``.
+
+    Also checks the output-set bookkeeping (``aflite_fast._atomic``): the hidden state folder
+    holds only the lock, the ``current`` link and the one set it points to (no staging left),
+    and every name is a link to that set.
+    """
+    from aflite_fast._atomic import STATE_DIR
+
+    def _list(path):
+        path = os.fspath(path)
+        names = sorted(p for p in os.listdir(path) if p != STATE_DIR)
+        state = os.path.join(path, STATE_DIR)
+        current = os.readlink(os.path.join(state, "current"))
+        assert sorted(os.listdir(state)) == sorted(["lock", "current", current])
+        assert sorted(os.listdir(os.path.join(state, current))) == names
+        for name in names:
+            assert os.readlink(os.path.join(path, name)) == os.path.join(STATE_DIR, "current", name)
+        return names
+
+    return _list

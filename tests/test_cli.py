@@ -25,7 +25,7 @@ ARGS = ["--target-size", "300", "--partitions", "8", "--train-size", "200", "--s
         "--seed", "1", "--quiet"]
 
 
-def test_filter_writes_outputs(emb_files):
+def test_filter_writes_outputs(emb_files, output_files):
     tmp, X, y = emb_files
     out = tmp / "out"
     assert main(["filter", str(tmp / "emb.npy"), str(tmp / "labels.npy"), "--out", str(out), *ARGS]) == 0
@@ -36,8 +36,8 @@ def test_filter_writes_outputs(emb_files):
     assert keep.size >= 300 and scores.shape == (X.shape[0],)
     assert report["n_kept"] == keep.size and report["parameters"]["n_partitions"] == 8
     assert len(report["history"]) >= 1 and "seconds" in report["history"][0]
-    assert sorted(os.listdir(out)) == ["keep.npy", "report.json", "scores.npy"]
-    assert not [p for p in os.listdir(tmp) if p.startswith(".aflite-tmp")]
+    assert output_files(out) == ["keep.npy", "report.json", "scores.npy"]  # nothing staged is left
+    assert sorted(os.listdir(tmp)) == ["emb.npy", "labels.npy", "labels.txt", "out"]
 
 
 def test_text_labels_give_same_result(emb_files):
@@ -47,15 +47,15 @@ def test_text_labels_give_same_result(emb_files):
     np.testing.assert_array_equal(np.load(tmp / "a" / "keep.npy"), np.load(tmp / "b" / "keep.npy"))
 
 
-@pytest.mark.parametrize("case", ["missing", "int_dtype", "nan", "length", "garbage"])
+@pytest.mark.parametrize("case", ["missing", "complex_dtype", "nan", "length", "garbage"])
 def test_bad_input_exit_2_without_output(emb_files, case, capsys):
     tmp, X, y = emb_files
     emb, labels = tmp / "emb.npy", tmp / "labels.npy"
     if case == "missing":
         emb = tmp / "nope.npy"
-    elif case == "int_dtype":
-        emb = tmp / "int.npy"
-        np.save(emb, (X * 10).astype(np.int32))
+    elif case == "complex_dtype":
+        emb = tmp / "complex.npy"
+        np.save(emb, X.astype(np.complex64))
     elif case == "nan":
         emb = tmp / "nan.npy"
         Xn = X.copy()
@@ -68,11 +68,11 @@ def test_bad_input_exit_2_without_output(emb_files, case, capsys):
         emb = tmp / "garbage.npy"
         emb.write_bytes(b"not a numpy file at all")
     out = tmp / "out"
+    before = sorted(os.listdir(tmp))
     assert main(["filter", str(emb), str(labels), "--out", str(out), *ARGS]) == 2
     err = capsys.readouterr().err
     assert "error" in err
-    assert not out.exists()
-    assert not [p for p in os.listdir(tmp) if p.startswith(".aflite-tmp")]
+    assert sorted(os.listdir(tmp)) == before  # no --out, nothing staged: the run removed what it made
 
 
 def test_bad_parameter_exit_2(emb_files, capsys):
@@ -80,13 +80,183 @@ def test_bad_parameter_exit_2(emb_files, capsys):
     args = ["filter", str(tmp / "emb.npy"), str(tmp / "labels.npy"), "--out", str(tmp / "o"),
             "--target-size", "10", "--train-size", "600", "--quiet"]
     assert main(args) == 2
-    assert "train_size" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "--train-size (600)" in err and "train_size" not in err  # the flag, not the parameter
     args[-2] = "0.5"
     assert main(args + ["--tau", "1.5"]) == 2
-    assert "tau" in capsys.readouterr().err
+    assert "--tau must be in [0, 1]" in capsys.readouterr().err
 
 
 def test_demo_runs_and_reports(capsys):
     assert main(["demo", "--n-samples", "1200", "--quiet"]) == 0
     out = capsys.readouterr().out
     assert "share with spurious feature" in out and "linear model accuracy" in out
+
+
+# -- usability: help, units, flags, threads, sizes, lazy start ------------------------------
+
+HEAVY = ("numpy", "numba", "scipy", "sklearn", "tqdm", "threadpoolctl", "aflite_fast._kernel",
+         "aflite_fast.kernel", "aflite_fast.engine", "aflite_fast.algorithm", "aflite_fast.data")
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["--help"], ["filter", "--help"], ["demo", "--help"],
+                                  ["synthetic", "--help"], ["noise-robust", "--help"],
+                                  ["report", "--help"]])
+def test_help_and_version_import_nothing_heavy(argv):
+    """``aflite-fast --version``/``--help`` (and each subcommand's help) start without the
+    kernel, NumPy or Numba: a fresh interpreter's sys.modules after the call says so."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    code = ("import sys\nfrom aflite_fast.cli import main\ntry:\n    main(sys.argv[1:])\n"
+            "except SystemExit:\n    pass\n"
+            f"heavy = [m for m in sys.modules if m in {HEAVY!r} or m.split('.')[0] in {HEAVY!r}]\n"
+            "print('HEAVY', heavy)\n")
+    proc = subprocess.run([sys.executable, "-c", code, *argv], cwd=root, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(root)})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "HEAVY []"
+    assert "aflite-fast" in proc.stdout
+
+
+def test_package_names_load_on_first_use():
+    import aflite_fast
+    import aflite_fast.user_loss  # binds the submodule; the public name stays the decorator
+    from aflite_fast import LOSS_NAMES, user_loss
+    from aflite_fast import losses
+
+    assert callable(user_loss) and user_loss.__module__ == "aflite_fast.user_loss"
+    assert tuple(losses._PARAMS) == LOSS_NAMES  # the light name list follows the registry
+    assert set(aflite_fast.__all__) <= set(dir(aflite_fast))
+    with pytest.raises(AttributeError):
+        aflite_fast.no_such_name
+
+
+def _help(capsys, *argv):
+    with pytest.raises(SystemExit) as exc:
+        main(list(argv))
+    assert exc.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_filter_help_shows_defaults_and_guides(capsys):
+    text = " ".join(_help(capsys, "filter", "--help").split())
+    for default in ("(default: 64)", "(default: 500)", "(default: 0.75)", "(default: 1.0)",
+                    "(default: ce)", "(default: 1000)", "(default: 0)", "(default: RAM / 4)"):
+        assert default in text
+    assert "never keep fewer" in text and "must be below the number of rows" in text  # --target-size
+    assert "fraction in (0, 1) of the active rows" in text and "warm-up" in text  # --train-size
+    assert "lower it to filter harder" in text  # --tau
+    assert "powers of 1000" in text and "powers of 1024" in text  # --max-memory units
+    assert "(default: None)" not in text and "(default: False)" not in text
+
+
+def _filter_args(tmp, out, *extra):
+    return ["filter", str(tmp / "emb.npy"), str(tmp / "labels.npy"), "--out", str(tmp / out), *ARGS, *extra]
+
+
+def test_max_memory_forms(emb_files):
+    tmp, X, y = emb_files
+    keeps = []
+    for size, nbytes in [("1G", 10**9), ("1GiB", 2**30), ("500M", 5 * 10**8), ("2GB", 2 * 10**9),
+                         ("123456789", 123456789)]:
+        assert main(_filter_args(tmp, size, "--max-memory", size)) == 0
+        report = json.loads((tmp / size / "report.json").read_text())
+        assert report["parameters"]["max_memory"] == nbytes
+        keeps.append(np.load(tmp / size / "keep.npy"))
+    assert all(np.array_equal(k, keeps[0]) for k in keeps)  # the budget never changes results
+
+
+@pytest.mark.parametrize("flag,value,message", [
+    # refused by argparse, at parse time
+    ("--max-memory", "2XB", "argument --max-memory: cannot read a memory size from '2XB'"),
+    ("--threads", "0", "argument --threads: must be a positive integer, got '0'"),
+    ("--max-iter", "-3", "argument --max-iter: must be a positive integer"),
+    ("--n-null", "0", "argument --n-null: must be a positive integer, got '0'"),
+    ("--stop", "never", "argument --stop: invalid choice: 'never'"),
+    # refused by the library, whose parameter names become the flags
+    ("--partitions", "0", "--partitions must be >= 1, got 0"),
+    ("--slice-size", "0", "--slice-size must be >= 1, got 0"),
+    ("--C", "0", "--C must be a positive number, got 0.0"),
+    ("--seed", "-1", "--seed must be None, a non-negative int"),
+    ("--target-size", "-1", "--target-size must be >= 0, got -1")])
+def test_bad_flag_values_are_one_line_naming_the_flag(emb_files, capsys, flag, value, message):
+    """Whoever refuses a value (argparse or the run), it is one line on stderr naming the flag
+    (no usage block) and exit code 2, and nothing is written."""
+    tmp, X, y = emb_files
+    assert main(_filter_args(tmp, "o", flag, value)) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("aflite-fast filter: error: ") and message in lines[0]
+    assert not (tmp / "o").exists()
+
+
+def test_name_flags_replaces_whole_names_only():
+    from aflite_fast.cli._args import name_flags
+
+    flags = {"C": "--C", "n_jobs": "--threads", "tau": "--tau"}
+    flags["T"] = "--transition"
+    assert name_flags("C must be > 0; n_jobs=3; a C-contiguous array; n_jobs_max; tau.", flags) == \
+        "--C must be > 0; --threads=3; a C-contiguous array; n_jobs_max; --tau."
+    assert name_flags("pass T.npy; T must have shape", flags) == "pass T.npy; --transition must have shape"
+
+
+def test_name_flags_keeps_ordinary_words_that_are_parameter_names():
+    """groups, null, stop, checkpoint: replaced where they name the parameter, not in prose."""
+    from aflite_fast.cli._args import name_flags
+    from aflite_fast.cli._filter import PARAMETER_FLAGS as flags
+
+    assert name_flags("groups: the largest of the 3 groups has 9 rows; need train_size <= 4", flags) == \
+        "--groups: the largest of the 3 groups has 9 rows; need --train-size <= 4"
+    assert name_flags("stop='null' needs null='permutation' (the null count it compares with)", flags) == \
+        "--stop='null' needs --null='permutation' (the null count it compares with)"
+    assert name_flags("checkpoint 'c.npz' was written by a run with other parameters (parameters.tau: "
+                      "checkpoint 0.75, this run 0.7); give another checkpoint path", flags) == \
+        ("--checkpoint 'c.npz' was written by a run with other parameters (parameters.tau: "
+         "checkpoint 0.75, this run 0.7); give another checkpoint path")
+    assert name_flags("n_null must be an integer >= 1, got 0; remove must be 'row'", flags) == \
+        "--n-null must be an integer >= 1, got 0; --remove must be 'row'"
+
+
+def test_threads_above_the_cores_are_capped_with_a_note(emb_files, capsys):
+    from aflite_fast._threads import effective_n_threads
+
+    tmp, X, y = emb_files
+    cores = effective_n_threads(None)
+    args = [a for a in _filter_args(tmp, "t", "--threads", str(cores + 7)) if a != "--quiet"]
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert f"note: --threads {cores + 7} is more than the {cores} core(s) available; using {cores}" in err
+    assert json.loads((tmp / "t" / "report.json").read_text())["parameters"]["n_jobs"] == cores
+    assert main(_filter_args(tmp, "q", "--threads", str(cores + 7))) == 0
+    assert capsys.readouterr().err == ""  # --quiet: no note
+
+
+def test_target_size_not_below_the_rows_is_an_error(emb_files, capsys):
+    tmp, X, y = emb_files
+    args = _filter_args(tmp, "o")
+    args[args.index("--target-size") + 1] = str(X.shape[0])
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert f"--target-size ({X.shape[0]}) must be smaller than the number of rows" in err
+    assert "nothing would be filtered" in err and not (tmp / "o").exists()
+
+
+def test_forward_loss_takes_a_transition_file(emb_files, capsys):
+    tmp, X, y = emb_files
+    np.save(tmp / "T.npy", np.array([[0.9, 0.1], [0.2, 0.8]]))
+    np.save(tmp / "T3.npy", np.full((3, 3), 1 / 3))
+    assert main(_filter_args(tmp, "f", "--loss", "forward", "--transition", str(tmp / "T.npy"))) == 0
+    report = json.loads((tmp / "f" / "report.json").read_text())
+    assert report["parameters"]["loss"] == "forward" and report["transition"] == str(tmp / "T.npy")
+    assert main(_filter_args(tmp, "f2", "--loss", "forward", "--transition", str(tmp / "T.npy"),
+                             "--seed", "1")) == 0
+    cases = [(["--loss", "forward"], "--loss forward needs --transition T.npy (a 2 x 2"),
+             (["--transition", str(tmp / "T.npy")], "--transition applies to --loss forward only"),
+             (["--loss", "forward", "--transition", str(tmp / "T3.npy")], "--transition must have shape (2, 2)"),
+             (["--loss", "forward", "--transition", str(tmp / "nope.npy")], "cannot read --transition")]
+    for extra, message in cases:
+        assert main(_filter_args(tmp, "bad", *extra)) == 2
+        assert message in capsys.readouterr().err
+        assert not (tmp / "bad").exists()

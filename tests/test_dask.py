@@ -5,7 +5,12 @@ a. ``aflite(..., backend="dask")`` gives the local keep/removed/removed_phase/sc
 b. ``score_phase_dask`` gives ``engine.score_phase``'s coefficients and counts bitwise, also
    with several blocks of partitions, float16 shards read from .npy files on the workers, and
    summed probabilities; it reports the bytes it moved.
-c. Bad input gets a clear error (NaN in X names the row, unknown backend, wrong dtype).
+c. Partitions drawn as whole groups (padded training positions) give the local result; a
+   checkpoint written with the dask backend is accepted by a local run; the permutation null's
+   counts are the local ones.
+d. Bad input gets a clear error (NaN in X names the row, unknown backend, wrong dtype).
+e. Big-endian, integer and .npz inputs give the local result; float64 beyond float32's range
+   names the row, as locally.
 """
 import os
 
@@ -60,6 +65,40 @@ def test_aflite_dask_matches_local(client, seed, chunk_rows):
     np.testing.assert_array_equal(remote.scores, local.scores)  # NaNs in the same places
     assert remote.stop_reason == local.stop_reason
     assert [h.n_removed for h in remote.history] == [h.n_removed for h in local.history]
+
+
+def test_groups_dask_matches_local(client, seed, tmp_path):
+    """Partitions of whole groups (training sets of unequal size, padded) on the cluster, and a
+    checkpoint written there."""
+    rng = np.random.default_rng(seed + 11)
+    X, y = make_problem(rng, 1200, 16, 3, signal=0.6)
+    groups = rng.integers(0, 400, size=1200)
+    kw = dict(target_size=800, n_partitions=6, train_size=0.5, slice_size=100, tau=0.6,
+              random_state=seed + 2, progress=False, groups=groups)
+    local = aflite(X, y, **kw)
+    ckpt = tmp_path / "run.npz"
+    remote = aflite(da.from_array(X, chunks=(500, 16)), y, backend="dask", checkpoint=ckpt, **kw)
+    assert len(local.history) >= 2
+    np.testing.assert_array_equal(remote.removed, local.removed)
+    np.testing.assert_array_equal(remote.scores, local.scores)
+    # the checkpoint's fingerprint of X (rows cut on the workers) is the local one: a local
+    # run accepts it and returns the finished result
+    again = aflite(X, y, checkpoint=ckpt, **kw)
+    assert again.resumed_from == len(local.history)
+    np.testing.assert_array_equal(again.removed, local.removed)
+
+
+def test_null_dask_matches_local(client, seed):
+    """The permutation null (issue 15) scores on the cluster: the same counts as locally."""
+    rng = np.random.default_rng(seed + 15)
+    X, y = make_problem(rng, 1000, 12, 2, signal=0.5)
+    kw = dict(target_size=700, n_partitions=6, train_size=0.5, slice_size=100, tau=0.6,
+              random_state=seed + 3, progress=False, null="permutation", n_null=2, stop="both")
+    local = aflite(X, y, **kw)
+    remote = aflite(da.from_array(X, chunks=(400, 12)), y, backend="dask", **kw)
+    assert [h.null_above_tau for h in remote.history] == [h.null_above_tau for h in local.history]
+    np.testing.assert_array_equal(remote.removed, local.removed)
+    assert remote.stop_reason == local.stop_reason
 
 
 def test_score_phase_bitwise_shards_float16_blocks(client, seed, tmp_path):
@@ -129,8 +168,34 @@ def test_errors(client, seed):
                backend="dask", progress=False)
     with pytest.raises(ValueError, match="backend"):
         aflite(X, y, target_size=300, train_size=100, backend="ray", progress=False)
+    with pytest.raises(ValueError, match="Complex data not supported"):
+        as_dask_array(da.zeros((10, 3), dtype=np.complex64, chunks=5))
     with pytest.raises(ValueError, match="float16, float32 or float64"):
-        as_dask_array(da.zeros((10, 3), dtype=np.int32, chunks=5))
+        as_dask_array(da.zeros((10, 3), dtype="datetime64[s]", chunks=5))
+
+
+def test_byte_order_integers_and_npz_on_the_cluster(client, seed, tmp_path):
+    """Big-endian and integer files, and an .npz member, are read on the workers chunk by
+    chunk and give the local float32 result; float64 beyond float32's range names the row."""
+    rng = np.random.default_rng(seed)
+    X, y = make_problem(rng, 400, 8, 2)
+    kw = dict(target_size=250, n_partitions=4, train_size=150, slice_size=50, tau=0.6,
+              random_state=1, progress=False)
+    local = aflite(X, y, **kw)
+    np.save(tmp_path / "big.npy", X.astype(">f4"))
+    np.savez(tmp_path / "many.npz", emb=X, other=X[:3])
+    for source in (str(tmp_path / "big.npy"), f"{tmp_path / 'many.npz'}:emb"):
+        remote = aflite(source, y, backend="dask", **kw)
+        np.testing.assert_array_equal(remote.keep, local.keep)
+        np.testing.assert_array_equal(remote.scores, local.scores)
+    ints = np.round(X * 100).astype(np.int16)
+    np.save(tmp_path / "int.npy", ints)
+    np.testing.assert_array_equal(aflite(str(tmp_path / "int.npy"), y, backend="dask", **kw).scores,
+                                  aflite(ints.astype(np.float32), y, **kw).scores)
+    huge = X.astype(np.float64)
+    huge[77, 1] = 1e39
+    with pytest.raises(ValueError, match=r"beyond the float32 range .*first at row 77"):
+        aflite(da.from_array(huge, chunks=(100, 8)), y, backend="dask", **kw)
 
 
 def test_connect_by_address(client):

@@ -401,7 +401,7 @@ def test_noise_matrices_and_corruption(seed):
         noise_matrix("uniform", 1.0, 3)
 
 
-def test_noise_robust_cli_writes_outputs(tmp_path):
+def test_noise_robust_cli_writes_outputs(tmp_path, output_files):
     from aflite_fast.cli import _noise_robust
 
     parser = argparse.ArgumentParser(prog="aflite-fast")
@@ -411,7 +411,7 @@ def test_noise_robust_cli_writes_outputs(tmp_path):
                               "gce", "forward", "--noise", "uniform:0.4", "pairflip:0.4", "--quiet",
                               "--n-jobs", "1"])
     assert args.func(args) == 0
-    assert sorted(os.listdir(out)) == ["figure.png", "table.csv", "table.md"]
+    assert output_files(out) == ["figure.png", "table.csv", "table.md"]
     lines = (out / "table.csv").read_text().splitlines()
     assert len(lines) == 1 + 2 * 3
     rows = {(l.split(",")[1], l.split(",")[3]): float(l.split(",")[7]) for l in lines[1:]}

@@ -209,7 +209,7 @@ def _fake_aflite(X, y, *, target_size, random_state=None, **kwargs):
 _TINY = dict(n_samples=200, separations=(0.5, 0.2), progress=False)
 
 
-def test_experiment_writes_complete_outputs(tmp_path, monkeypatch, seed):
+def test_experiment_writes_complete_outputs(tmp_path, monkeypatch, seed, output_files):
     pytest.importorskip("matplotlib")
     from aflite_fast.experiments import run_synthetic_experiment
     from aflite_fast.experiments.synthetic import TABLE_COLUMNS
@@ -217,7 +217,7 @@ def test_experiment_writes_complete_outputs(tmp_path, monkeypatch, seed):
     monkeypatch.setattr(aflite_fast, "aflite", _fake_aflite)
     out = tmp_path / "out"
     results = run_synthetic_experiment(out, random_state=seed, **_TINY)
-    assert sorted(os.listdir(out)) == ["figure.png", "table.csv", "table.md"]  # no temp files
+    assert output_files(out) == ["figure.png", "table.csv", "table.md"]  # no temp files
     with open(out / "table.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
     assert [r["separation"] for r in rows] == ["0.5", "0.2"]
@@ -288,14 +288,14 @@ def _parse(argv):
     return parser.parse_args(argv)
 
 
-def test_cli_runs_and_reports(tmp_path, monkeypatch, capsys, seed):
+def test_cli_runs_and_reports(tmp_path, monkeypatch, capsys, seed, output_files):
     monkeypatch.setattr(aflite_fast, "aflite", _fake_aflite)
     args = _parse(
         ["synthetic", "--out", str(tmp_path), "--n-samples", "200", "--seed", str(seed),
          "--separations", "0.5", "0.2", "--no-plot"]
     )
     assert args.func(args) == 0
-    assert sorted(os.listdir(tmp_path)) == ["table.csv", "table.md"]
+    assert output_files(tmp_path) == ["table.csv", "table.md"]
     out = capsys.readouterr().out
     assert "| separation" in out and "wrote table.csv, table.md" in out
 

@@ -105,7 +105,7 @@ def test_tau_bounds_are_allowed(data, tau):
 
 def test_single_class(data):
     X, _ = data
-    with pytest.raises(ValueError, match="single class"):
+    with pytest.raises(ValueError, match="only one class"):
         _run(X, np.full(N, "only"))
 
 
@@ -127,8 +127,10 @@ def test_X_not_2d(shape):
 
 def test_X_of_wrong_dtype(data):
     X, y = data
-    with pytest.raises(ValueError, match="X must be float16, float32 or float64"):
+    with pytest.raises(ValueError, match="Complex data not supported"):
         _run(X.astype(np.complex64), y)
+    with pytest.raises(ValueError, match="X must be float16, float32 or float64"):
+        _run(X.astype("datetime64[s]"), y)
 
 
 @pytest.mark.parametrize("max_memory", ["lots", "2 XB", "-1GB", "0", 0, -5, "GB"])
@@ -228,3 +230,22 @@ def test_robust_lr_rejects_bad_input(data):
         fitted.predict(X[:, :-1])
     with pytest.raises(ValueError, match="unknown loss"):
         RobustLogisticRegression(loss="hinge").fit(X, y)
+
+
+@pytest.mark.parametrize("text,nbytes", [
+    ("1G", 10**9), ("2GB", 2 * 10**9), ("500M", 500 * 10**6), ("500mb", 500 * 10**6), ("64K", 64000),
+    ("1GiB", 2**30), ("1Gi", 2**30), ("1gib", 2**30), ("512KiB", 512 * 2**10), ("2TiB", 2 * 2**40),
+    ("1.5G", 1_500_000_000), ("1073741824", 2**30), ("100B", 100), (" 3 MiB ", 3 * 2**20), ("1e9", 10**9)])
+def test_memory_units(text, nbytes):
+    """Bare letters and xB are powers of 1000, xi and xiB powers of 1024 (aflite_fast._memory)."""
+    from aflite_fast._memory import parse_memory
+
+    assert parse_memory(text) == nbytes
+
+
+@pytest.mark.parametrize("text", ["1iB", "1GiBB", "G", "1 XB", "nan", "inf", "1e400", "-2G", "0.1B", ""])
+def test_memory_units_rejected(text):
+    from aflite_fast._memory import parse_memory
+
+    with pytest.raises(ValueError, match="max_memory|memory size"):
+        parse_memory(text)

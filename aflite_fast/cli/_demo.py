@@ -8,12 +8,10 @@ what is left should fall toward chance.
 """
 import time
 
-import numpy as np
-from sklearn.linear_model import LogisticRegression
-from sklearn.model_selection import cross_val_score
+from ._args import cap_threads, positive_int
 
-from ..algorithm import aflite
-from ..synthetic import make_biased_circles
+#: Library parameter names -> this command's flags, for error messages.
+PARAMETER_FLAGS = {"n_jobs": "--threads", "n_samples": "--n-samples", "random_state": "--seed"}
 
 
 def add_parser(subparsers):
@@ -22,13 +20,17 @@ def add_parser(subparsers):
         description=__doc__.split("\n\n")[0])
     p.add_argument("--n-samples", type=int, default=6000, help="rows (default 6000)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    p.add_argument("--threads", type=int, default=None, help="threads (default: all cores)")
+    p.add_argument("--threads", type=positive_int, default=None,
+                   help="threads, capped at the available cores (default: all cores)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
 
 
 def linear_accuracy(X, y, seed):
     """5-fold cross-validated accuracy of logistic regression."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import cross_val_score
+
     return float(cross_val_score(LogisticRegression(max_iter=1000), X, y, cv=5).mean())
 
 
@@ -37,6 +39,11 @@ def demo_table(n_samples=6000, seed=0, n_jobs=None, progress=True):
 
     ``measures`` maps each measure's name to its (before, after) values.
     """
+    import numpy as np
+
+    from ..algorithm import aflite
+    from ..synthetic import make_biased_circles
+
     if n_samples < 200:
         raise ValueError(f"--n-samples must be at least 200, got {n_samples}")
     data = make_biased_circles(n_samples, separation=0.3, random_state=seed)
@@ -57,7 +64,8 @@ def demo_table(n_samples=6000, seed=0, n_jobs=None, progress=True):
 
 
 def run(args):
-    measures, result, seconds = demo_table(args.n_samples, args.seed, args.threads, not args.quiet)
+    threads = cap_threads(args.threads, "aflite-fast demo", args.quiet)
+    measures, result, seconds = demo_table(args.n_samples, args.seed, threads, not args.quiet)
     width = max(len(name) for name in measures)
     print(f"AFLite demo: circles + spurious features on 75% of rows "
           f"({len(result.history)} phases, {seconds:.1f} s; stopped: {result.stop_reason})")

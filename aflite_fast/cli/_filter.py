@@ -2,13 +2,50 @@
 import os
 import sys
 import time
+import warnings
 
+from .._loss_names import LOSS_NAMES
+from .._mode_names import NULL_MODES, REMOVE_MODES, STOP_RULES
+from .._version import __version__
+from ._args import HelpFormatter, cap_threads, memory_size, positive_int
 
-from .. import __version__
-from ..algorithm import aflite
-from ..data import open_embeddings, read_labels_file
-from ..losses import LOSS_NAMES
-from ._output import AtomicOutputDir
+#: Files the command writes into --out, switched in together (aflite_fast._atomic).
+OUTPUT_NAMES = ("keep.npy", "scores.npy", "report.json")
+#: Added to the set by --plot.
+PLOT_NAME = "report.png"
+
+#: Library parameter names -> the flags of this command, for error messages.
+PARAMETER_FLAGS = {
+    "target_size": "--target-size", "n_partitions": "--partitions", "train_size": "--train-size",
+    "slice_size": "--slice-size", "tau": "--tau", "C": "--C", "max_memory": "--max-memory",
+    "random_state": "--seed", "n_jobs": "--threads", "max_iter": "--max-iter", "T": "--transition",
+    "groups": "--groups", "remove": "--remove", "checkpoint": "--checkpoint", "null": "--null",
+    "n_null": "--n-null", "stop": "--stop",
+}
+
+_DESCRIPTION = """\
+Run AFLite on EMB (N x d, memory-mapped: a .npy file, a .npz archive holding one array, or
+FILE.npz:KEY; float16/32/64 or integer, either byte order) with LABELS and write DIR/keep.npy
+(sorted kept row indices), DIR/scores.npy (last predictability score per row, NaN where never
+scored) and DIR/report.json (parameters, per-phase history with score histograms, per-class
+counts and solver status counts, timings); with --plot also DIR/report.png.
+
+The files are switched in together when the run ends: a reader sees all of the previous run's
+files or all of this run's, never a mix, even if the run is killed (they are links into
+DIR/.aflite/; see docs/outputs.md). A second run on the same DIR refuses while one is running.
+
+Exit codes: 0 done; 2 bad input (one line on stderr, DIR unchanged); 130 Ctrl-C, 143 SIGTERM.
+"""
+
+_EPILOG = """\
+LABELS files: a .npy/.npz array, or UTF-8 text with one row per line of EMB (a byte-order mark
+is dropped). Fields are separated by commas (csv quoting), or by tabs in a .tsv file or one
+with tabs and no commas. A file with several columns needs --labels-column (a header name with
+--labels-header, or a 0-based index); a first line that names columns needs --labels-header.
+Blank lines are an error, except at the end. If every label is a number they are read as
+numbers, so 1, 1.0 and 01 are one class; otherwise labels are compared as written.
+--groups FILE follows the same rules, with --groups-column and --groups-header.
+"""
 
 
 def train_size_arg(text):
@@ -24,68 +61,199 @@ def train_size_arg(text):
 
 def add_parser(subparsers):
     p = subparsers.add_parser(
-        "filter", help="filter an embedding file (.npy) with AFLite",
-        description="Run AFLite on EMB.npy (N x d, float16/float32, memory-mapped) with LABELS "
-                    "(.npy, or a text/CSV file with one label per line) and write DIR/keep.npy "
-                    "(sorted kept row indices), DIR/scores.npy (last predictability score per row, "
-                    "NaN where never scored) and DIR/report.json.")
-    p.add_argument("embeddings", metavar="EMB.npy")
-    p.add_argument("labels", metavar="LABELS")
-    p.add_argument("--out", required=True, metavar="DIR", help="output directory")
-    p.add_argument("--target-size", type=int, required=True, help="n: never keep fewer rows")
-    p.add_argument("--partitions", type=int, default=64, help="m: models per phase (default 64)")
-    p.add_argument("--train-size", type=train_size_arg, required=True,
-                   help="t: training rows per model, or a fraction in (0, 1) of the active rows")
-    p.add_argument("--slice-size", type=int, default=500, help="k: rows removed per phase (default 500)")
-    p.add_argument("--tau", type=float, default=0.75, help="early-stopping threshold (default 0.75)")
-    p.add_argument("--C", type=float, default=1.0, help="inverse L2 strength (default 1.0)")
-    p.add_argument("--loss", choices=LOSS_NAMES, default="ce", help="training loss (default ce)")
-    p.add_argument("--max-memory", default=None, help="memory budget, e.g. 2GB (default: RAM / 4)")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    p.add_argument("--threads", type=int, default=None, help="threads (default: all cores)")
+        "filter", help="filter an embedding file (.npy) with AFLite", description=_DESCRIPTION,
+        epilog=_EPILOG, formatter_class=HelpFormatter)
+    p.add_argument("embeddings", metavar="EMB", help="embeddings: EMB.npy, EMB.npz or EMB.npz:KEY")
+    p.add_argument("labels", metavar="LABELS", help="labels: .npy/.npz, or text/CSV (see below)")
+    p.add_argument("--labels-column", default=None, metavar="NAME|INDEX",
+                   help="label column of a CSV/TSV labels file: a header name (with "
+                        "--labels-header) or a 0-based index")
+    p.add_argument("--labels-header", action="store_true",
+                   help="the first line of the labels file names its columns")
+    p.add_argument("--out", required=True, metavar="DIR", help="output directory (created)")
+    p.add_argument("--target-size", type=int, required=True, metavar="N",
+                   help="n: stop once this many rows remain (never keep fewer); must be below the "
+                        "number of rows, e.g. the size you want the filtered set to have")
+    p.add_argument("--partitions", type=int, default=64, metavar="M", help="m: models per phase")
+    p.add_argument("--train-size", type=train_size_arg, required=True, metavar="T",
+                   help="t: training rows per model (an integer), or a fraction in (0, 1) of the "
+                        "active rows; the paper uses the size of the embedding model's warm-up "
+                        "split, 0.5 is a safe start")
+    p.add_argument("--slice-size", type=int, default=500, metavar="K", help="k: rows removed per phase at most")
+    p.add_argument("--tau", type=float, default=0.75,
+                   help="remove only rows predicted correctly by at least this share of the models "
+                        "that held them out; filtering stops when fewer than K rows reach it (see "
+                        "--stop); lower it to filter harder")
+    p.add_argument("--C", type=float, default=1.0, help="inverse L2 strength (scikit-learn's C)")
+    p.add_argument("--loss", choices=LOSS_NAMES, default="ce", help="training loss")
+    p.add_argument("--transition", metavar="T.npy", default=None,
+                   help="noise transition matrix for --loss forward: C x C .npy, T[i, j] = "
+                        "P(noisy label j | true label i), classes in sorted label order")
+    p.add_argument("--max-iter", type=positive_int, default=1000, help="L-BFGS steps per model at most")
+    p.add_argument("--max-memory", type=memory_size, default=None, metavar="SIZE",
+                   help="memory budget: bytes, or K/M/G/T (powers of 1000, also KB/MB/GB/TB) or "
+                        "Ki/Mi/Gi/Ti (powers of 1024, also KiB/...), e.g. 500M, 2GB, 1GiB "
+                        "(default: RAM / 4)")
+    p.add_argument("--seed", type=int, default=0, help="random seed")
+    p.add_argument("--threads", type=positive_int, default=None,
+                   help="threads, capped at the available cores (default: all cores); results do "
+                        "not depend on it")
     p.add_argument("--scheduler", default=None, metavar="ADDRESS",
                    help="run on a Dask cluster (e.g. tcp://host:8786); needs aflite_fast[dask]")
-    p.add_argument("--quiet", action="store_true", help="no progress bar or summary")
+    p.add_argument("--groups", default=None, metavar="FILE",
+                   help="group id per row (.npy/.npz, or text read as LABELS is, see below): every "
+                        "model trains on whole groups, so rows of a group are never split between "
+                        "training and held out")
+    p.add_argument("--groups-column", default=None, metavar="NAME|INDEX",
+                   help="group column of a CSV/TSV groups file, as --labels-column")
+    p.add_argument("--groups-header", action="store_true",
+                   help="the first line of the groups file names its columns")
+    p.add_argument("--remove", choices=REMOVE_MODES, default="row",
+                   help="row: remove single rows; group: remove whole groups whose mean score "
+                        "reaches tau (needs --groups)")
+    p.add_argument("--checkpoint", default=None, metavar="PATH",
+                   help="save the state after every phase to PATH (.npz); rerunning the same command "
+                        "continues from it with the same result; other parameters or data are refused")
+    p.add_argument("--null", choices=[mode for mode in NULL_MODES if mode], default=None,
+                   help="also score every phase's partitions with the labels permuted (class counts "
+                        "kept; whole groups with --groups) and record how many rows reach tau by chance "
+                        "(report.json history: null_*); each permutation costs about one more phase")
+    p.add_argument("--n-null", type=positive_int, default=1, metavar="N",
+                   help="label permutations per phase with --null (3 or more for --stop null)")
+    p.add_argument("--stop", choices=STOP_RULES, default="paper",
+                   help="paper: stop when fewer than K rows reach tau; null (needs --null): stop, "
+                        "removing nothing more, when the rows at or above tau do not exceed the "
+                        "null's mean + 3 sd (at least sqrt(mean)) x sqrt(1 + 1/N); both: whichever "
+                        "comes first (docs/null.md)")
+    p.add_argument("--plot", action="store_true",
+                   help="also draw DIR/report.png (see 'aflite-fast report'); needs aflite_fast[plots]")
+    p.add_argument("--quiet", action="store_true", help="no progress bar, notes or summary")
     return p
 
 
+def _read_groups(args):
+    """Group ids of --groups FILE, read as LABELS files are; errors name the flag."""
+    from .._labelfile import read_labels_file
+
+    try:
+        return read_labels_file(args.groups, column=args.groups_column, header=args.groups_header, kind="groups")
+    except ValueError as exc:
+        raise ValueError(f"--groups: {exc}") from None
+
+
+def _loss_params(args, n_classes):
+    """The ``loss_params`` of --loss/--transition; ValueError naming the flag when they clash."""
+    if args.loss != "forward":
+        if args.transition is not None:
+            raise ValueError(f"--transition applies to --loss forward only (got --loss {args.loss})")
+        return None
+    if args.transition is None:
+        raise ValueError(f"--loss forward needs --transition T.npy (a {n_classes} x {n_classes} "
+                         "noise transition matrix)")
+    import numpy as np
+
+    try:
+        T = np.load(args.transition, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"cannot read --transition {args.transition!r}: {exc}") from exc
+    return {"T": T}
+
+
 def run(args):
+    from ..algorithm import aflite
+    from .._labelfile import read_labels_file
+    from ..data import open_embeddings
+    from .._atomic import OutputSet
+    from .._solver_status import ConvergenceWarning, total_status
+
+    prog = "aflite-fast filter"
     start = time.perf_counter()
     X = open_embeddings(args.embeddings)
-    y = read_labels_file(args.labels)
+    y = read_labels_file(args.labels, column=args.labels_column, header=args.labels_header)
+    n_rows = X.shape[0]
+    if args.target_size >= n_rows:
+        # nothing to filter: an error rather than a run that keeps every row
+        raise ValueError(f"--target-size ({args.target_size}) must be smaller than the number of "
+                         f"rows of {args.embeddings} ({n_rows}); nothing would be filtered")
+    if args.groups is None:
+        for flag, given in (("--remove group", args.remove == "group"), ("--groups-column", args.groups_column),
+                            ("--groups-header", args.groups_header)):
+            if given:
+                raise ValueError(f"{flag} needs --groups FILE")
+    groups = None if args.groups is None else _read_groups(args)
+    if args.stop != "paper" and args.null is None:
+        raise ValueError(f"--stop {args.stop} needs --null permutation")
+    if args.plot:
+        from ..report import require_matplotlib
+
+        require_matplotlib()  # fail before the run, not after it
+    import numpy as np
+
+    loss_params = _loss_params(args, len(np.unique(y)))
     params = dict(target_size=args.target_size, n_partitions=args.partitions,
                   train_size=args.train_size, slice_size=args.slice_size, tau=args.tau, C=args.C,
                   loss=args.loss, max_memory=args.max_memory, random_state=args.seed,
-                  n_jobs=args.threads)
+                  n_jobs=cap_threads(args.threads, prog, args.quiet), max_iter=args.max_iter,
+                  remove=args.remove, null=args.null, n_null=args.n_null, stop=args.stop)
     extra = {}
     if args.scheduler:
         from ..distributed import close_client, connect  # needs the extra aflite_fast[dask]
 
         extra = dict(backend="dask", client=connect(args.scheduler))
     try:
-        with AtomicOutputDir(args.out) as out:
-            result = aflite(X, y, progress=not args.quiet, **params, **extra)
+        # Entered before the first phase: an unwritable or busy --out fails now, not at the end.
+        with OutputSet(args.out, OUTPUT_NAMES + ((PLOT_NAME,) if args.plot else ()), label="--out") as out:
+            with warnings.catch_warnings():
+                # counted in the history; the note below says it once, in the CLI's words
+                warnings.simplefilter("ignore", ConvergenceWarning)
+                result = aflite(X, y, progress=not args.quiet, loss_params=loss_params, groups=groups,
+                                checkpoint=args.checkpoint, **params, **extra)
             seconds = time.perf_counter() - start
+            history = [h.as_dict() for h in result.history]
+            solver_status = total_status(h["solver_status"] for h in history)
             out.save_npy("keep.npy", result.keep)
             out.save_npy("scores.npy", result.scores)
-            out.save_json("report.json", {
+            report = {
                 "aflite_fast_version": __version__,
                 "command": "filter",
                 "embeddings": os.path.abspath(args.embeddings),
                 "labels": os.path.abspath(args.labels),
-                "n_rows": int(X.shape[0]), "n_features": int(X.shape[1]), "dtype": str(X.dtype),
+                "labels_column": args.labels_column, "labels_header": args.labels_header,
+                "transition": None if args.transition is None else os.path.abspath(args.transition),
+                "n_rows": int(n_rows), "n_features": int(X.shape[1]), "dtype": str(X.dtype),
                 "n_classes": int(len(result.classes)),
                 "parameters": params,
                 "n_kept": int(result.keep.size), "n_removed": int(result.removed.size),
                 "stop_reason": result.stop_reason,
                 "seconds": seconds,
-                "history": [h.as_dict() for h in result.history],
-            })
+                "solver_status": solver_status,
+                "history": history,
+                "groups": None if args.groups is None else os.path.abspath(args.groups),
+                "groups_column": args.groups_column, "groups_header": args.groups_header,
+                "checkpoint": None if args.checkpoint is None else os.path.abspath(args.checkpoint),
+                "resumed_from_phase": result.resumed_from,
+                "classes": result.classes.tolist(),
+                "class_counts": {"kept": result.kept_per_class.tolist(),
+                                 "removed": result.removed_per_class.tolist()},
+            }
+            out.save_json("report.json", report)
+            if args.plot:
+                from ..report import draw_report
+
+                out.write(PLOT_NAME, lambda path: draw_report(report, path))
     finally:
         if extra:
             close_client(extra["client"])
     if not args.quiet:
-        print(f"aflite-fast filter: kept {result.keep.size} of {X.shape[0]} rows in "
+        failed = sum(count for name, count in solver_status.items() if name != "converged")
+        if failed:
+            detail = ", ".join(f"{k}: {v}" for k, v in solver_status.items() if k != "converged" and v)
+            print(f"{prog}: note: {failed} of {sum(solver_status.values())} models did not converge "
+                  f"({detail}; per phase in report.json); raise --max-iter or standardize the "
+                  "embeddings", file=sys.stderr)
+        print(f"{prog}: kept {result.keep.size} of {n_rows} rows in "
               f"{len(result.history)} phase(s), {seconds:.1f} s ({result.stop_reason}); "
-              f"wrote {os.path.join(args.out, 'keep.npy')}, scores.npy, report.json", file=sys.stderr)
+              f"{f'resumed from phase {result.resumed_from}; ' if result.resumed_from else ''}"
+              f"wrote {os.path.join(args.out, 'keep.npy')}, scores.npy, report.json"
+              f"{', report.png' if args.plot else ''}", file=sys.stderr)
     return 0

@@ -3,6 +3,10 @@ import time
 
 __all__ = ["add_parser", "run"]
 
+#: Library parameter names -> this command's flags, for error messages.
+PARAMETER_FLAGS = {"n_jobs": "--n-jobs", "max_iter": "--max-iter", "max_train": "--max-train",
+                   "n_seeds": "--seeds"}
+
 _DESCRIPTION = """\
 Compare the kernel's losses (ce, gce, gce_trunc, mae, sce, forward with the true noise
 matrix) as linear models on raw pixels, trained on labels with synthetic noise (uniform
@@ -36,8 +40,8 @@ def add_parser(subparsers):
     parser : argparse.ArgumentParser
         The subcommand's parser; its default ``func`` is :func:`run`.
     """
-    from ..experiments.noise_robust import DATASETS, FASHION_MNIST_DIR
-    from ..losses import LOSS_NAMES
+    from .._loss_names import LOSS_NAMES
+    from ..experiments._names import DATASETS, FASHION_MNIST_DIR
 
     p = subparsers.add_parser(
         "noise-robust",

@@ -4,6 +4,10 @@ import time
 
 __all__ = ["add_parser", "run"]
 
+#: Library parameter names -> this command's flags, for error messages.
+PARAMETER_FLAGS = {"n_jobs": "--n-jobs", "n_samples": "--n-samples", "n_partitions": "--n-partitions",
+                   "tau": "--tau"}
+
 _DESCRIPTION = """\
 Reproduce the synthetic experiment of Le Bras et al. (ICML 2020, section 3): concentric
 circles at four separation levels with class-specific spurious features on 75% of each

@@ -4,10 +4,13 @@
   circles with planted spurious features), also run by ``aflite-fast synthetic --out DIR``.
 """
 
-from .synthetic import (
-    SyntheticLevelResult,
-    run_synthetic_experiment,
-    run_synthetic_levels,
-)
-
 __all__ = ["SyntheticLevelResult", "run_synthetic_experiment", "run_synthetic_levels"]
+
+
+def __getattr__(name):
+    # imported on first use, so the command line's parsers can read ._names without NumPy
+    if name in __all__:
+        from . import synthetic
+
+        return getattr(synthetic, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -22,8 +22,8 @@ d. repeat over seeds (new split or subsample, new noise) and report mean and sta
 L_q before they start pruning); every other loss starts from zeros.
 
 :func:`run_noise_robust` computes (no files); :func:`run_noise_robust_experiment` writes
-``table.csv``, ``table.md`` and ``figure.png`` into a directory, each under a temporary name
-renamed only when all are complete.
+``table.csv``, ``table.md`` and ``figure.png`` into a directory as one set, switched in
+together once all are complete (:class:`aflite_fast._atomic.OutputSet`).
 """
 import csv
 import gzip
@@ -37,7 +37,8 @@ from .. import kernel
 from .._threads import effective_n_threads
 from ..engine import kernel_C
 from ..losses import needs_warmup, resolve_loss
-from .._atomic import text_writer, write_files_atomically
+from .._atomic import OutputSet
+from ._names import DATASETS, FASHION_MNIST_DIR
 
 __all__ = ["DEFAULT_LOSSES", "DEFAULT_SETTINGS", "FASHION_MNIST_DIR", "noise_matrix",
            "corrupt_labels", "load_dataset", "fit_predict", "run_noise_robust",
@@ -56,9 +57,6 @@ DEFAULT_LOSSES = (
 #: Noise settings: (kind, rate).
 DEFAULT_SETTINGS = (("uniform", 0.0), ("uniform", 0.2), ("uniform", 0.4), ("uniform", 0.6),
                     ("pairflip", 0.4))
-#: Where the Debian package dataset-fashion-mnist installs the IDX files.
-FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
-DATASETS = ("digits", "fashion-mnist")
 
 
 def _require_matplotlib():
@@ -396,9 +394,11 @@ def run_noise_robust_experiment(out_dir, *, plot=True, **kwargs):
     """
     if plot:
         _require_matplotlib()
-    rows = run_noise_robust(**kwargs)
-    writers = [("table.csv", text_writer(table_csv(rows))), ("table.md", text_writer(table_markdown(rows)))]
-    if plot:
-        writers.append(("figure.png", lambda path: plot_figure(rows, path)))
-    write_files_atomically(out_dir, writers)
+    names = ["table.csv", "table.md"] + (["figure.png"] if plot else [])
+    with OutputSet(out_dir, names) as out:  # before the work: a bad out_dir fails at once
+        rows = run_noise_robust(**kwargs)
+        out.save_text("table.csv", table_csv(rows))
+        out.save_text("table.md", table_markdown(rows))
+        if plot:
+            out.write("figure.png", lambda path: plot_figure(rows, path))
     return rows

@@ -14,20 +14,20 @@ AFLite should push the linear model's accuracy toward its reference, and leave t
 above the linear model.
 
 :func:`run_synthetic_levels` computes (no files); :func:`run_synthetic_experiment` also
-writes ``table.csv``, ``table.md`` and ``figure.png`` into a directory, each first under a
-temporary name and renamed when complete, so no half-written output is ever left behind.
+writes ``table.csv``, ``table.md`` and ``figure.png`` into a directory as one set: staged
+and switched in together (:class:`aflite_fast._atomic.OutputSet`), so no half-written or
+mixed output is ever left behind.
 """
 
 import csv
 import io
-import os
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..synthetic import make_biased_circles, separation_levels
-from .._atomic import text_writer, write_files_atomically
+from .._atomic import OutputSet
 
 __all__ = ["SyntheticLevelResult", "run_synthetic_levels", "run_synthetic_experiment"]
 
@@ -338,7 +338,7 @@ def plot_figure(results, path, *, dpi=90):
     results : list of SyntheticLevelResult
         Output of :func:`run_synthetic_levels`.
     path : str or path-like
-        Where to save the PNG (written as given; the caller handles atomic renaming).
+        Where to save the PNG (written as given; the caller stages it, see :class:`aflite_fast._atomic.OutputSet`).
     dpi : int, default=90
         Resolution of the saved figure.
     """
@@ -384,7 +384,8 @@ def run_synthetic_experiment(out_dir, *, plot=True, **kwargs):
     Parameters
     ----------
     out_dir : str or path-like
-        Output directory; created if missing. Files appear only once complete.
+        Output directory; created if missing. The files appear together once all are complete
+        (see :class:`aflite_fast._atomic.OutputSet`).
     plot : bool, default=True
         Also write ``figure.png`` (needs matplotlib, the ``plots`` extra).
     **kwargs
@@ -402,17 +403,16 @@ def run_synthetic_experiment(out_dir, *, plot=True, **kwargs):
     ValueError
         If ``out_dir`` is an existing file, or a parameter is invalid (also checked first).
     """
-    out_dir = os.fspath(out_dir)
-    # Fail in a second, not after minutes of filtering.
-    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-        raise ValueError(f"output path {out_dir!r} exists and is not a directory")
     if plot:
         _require_matplotlib()
-    results = run_synthetic_levels(**kwargs)
-    rows = [r.row for r in results]
-    writers = [("table.csv", text_writer(table_csv(rows))), ("table.md", text_writer(table_markdown(rows)))]
-    if plot:
-        writers.append(("figure.png", lambda path: plot_figure(results, path)))
-    # the directory is created only now, so a failed run leaves no empty directory
-    write_files_atomically(out_dir, writers)
+    names = ["table.csv", "table.md"] + (["figure.png"] if plot else [])
+    # Entered before the work: an unusable out_dir fails in a second, not after minutes of
+    # filtering; the files appear together, or not at all (aflite_fast._atomic).
+    with OutputSet(out_dir, names) as out:
+        results = run_synthetic_levels(**kwargs)
+        rows = [r.row for r in results]
+        out.save_text("table.csv", table_csv(rows))
+        out.save_text("table.md", table_markdown(rows))
+        if plot:
+            out.write("figure.png", lambda path: plot_figure(results, path))
     return results

@@ -1,0 +1,12 @@
+"""Values of the loop's mode parameters (``remove=``, ``null=``, ``stop=``), importable without NumPy.
+
+The command line offers them as choices in ``--help`` without importing the numerical
+modules; their meaning is in :mod:`aflite_fast.groups` and :mod:`aflite_fast.null`.
+"""
+
+#: ``remove=``: single rows (the paper's rule) or whole groups.
+REMOVE_MODES = ("row", "group")
+#: ``null=``: no null (None) or label permutations.
+NULL_MODES = (None, "permutation")
+#: ``stop=``: the paper's "fewer than k rows reach tau", the permutation null, or either.
+STOP_RULES = ("paper", "null", "both")

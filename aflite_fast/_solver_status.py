@@ -1,0 +1,149 @@
+"""What the solver did for each trained model, and what callers may report from it.
+
+a. ``status_counts``: models by solver status (``kernel.STATUS_NAMES``: converged, max_iter,
+   line_search, not_finite), every name present, for ``PhaseRecord.solver_status`` and
+   report.json.
+b. ``check_trained``: a model with no accepted L-BFGS step that did not converge is still its
+   starting point (all zeros, or the warm start), not a trained model; its "predictions" are
+   chance or someone else's.  Callers never report such a result: they raise ValueError,
+   naming the likely cause from one statistic of X (its largest deviation from the column
+   means, :class:`DataScale`: float32 rows scaled by 1e12 stop the line search at the first
+   step, or after two or three).  On X that large any model that did not converge is refused
+   the same way, since the scale explains its failure and its few steps prove nothing.
+c. ``warn_not_converged``: a ConvergenceWarning (scikit-learn's class, so the usual filters
+   apply) when any model stopped at max_iter, in a failed line search or on a non-finite value.
+"""
+import warnings
+
+import numpy as np
+from sklearn.exceptions import ConvergenceWarning
+
+from .kernel import STATUS_NAMES
+
+_CONVERGED = next(code for code, name in STATUS_NAMES.items() if name == "converged")
+#: Above this |X - column mean| the likely cause of a stuck solver is the scale of X.
+LARGE_VALUE = 1e6
+
+__all__ = ["ConvergenceWarning", "DataScale", "status_counts", "total_status", "unmoved", "check_trained",
+           "warn_not_converged", "check_solver_result"]
+
+
+def status_counts(status):
+    """Number of models per status name, e.g. ``{"converged": 62, "max_iter": 2, ...}``."""
+    codes = np.asarray(status)
+    return {name: int(np.count_nonzero(codes == code)) for code, name in STATUS_NAMES.items()}
+
+
+def total_status(counts):
+    """Sum of several :func:`status_counts` dicts (e.g. of every phase); names missing from
+    some (records of an older checkpoint) count as 0."""
+    total = {}
+    for one in counts:
+        for name, count in one.items():
+            total[name] = total.get(name, 0) + int(count)
+    return total
+
+
+def unmoved(n_iter, status):
+    """True for each model that took no step and did not converge (still its starting point)."""
+    return (np.asarray(n_iter) == 0) & (np.asarray(status) != _CONVERGED)
+
+
+class DataScale:
+    """The largest ``|X - center|`` of X and its column, computed on first use and kept.
+
+    One chunked pass over X (memmaps too), paid only when a model failed and the cause is
+    wanted.  ``X=None`` (e.g. data on a Dask cluster) knows nothing.
+    """
+
+    def __init__(self, X, center=None):
+        self.X, self.center, self._value = X, center, None
+
+    def largest(self):
+        """(value, column), or None without X."""
+        if self.X is None:
+            return None
+        if self._value is None:
+            from .data import SCAN_CHUNK_BYTES
+
+            n, d = self.X.shape
+            chunk = max(1, SCAN_CHUNK_BYTES // max(1, d * self.X.dtype.itemsize))
+            center = np.zeros(d) if self.center is None else np.asarray(self.center, dtype=np.float64)
+            worst = np.zeros(d)
+            for start in range(0, n, chunk):
+                block = np.asarray(self.X[start:start + chunk], dtype=np.float64)
+                np.maximum(worst, np.abs(block - center).max(axis=0), out=worst)
+            col = int(np.argmax(worst))
+            self._value = (float(worst[col]), col)
+        return self._value
+
+    def too_large(self):
+        found = self.largest()
+        return found is not None and found[0] > LARGE_VALUE
+
+    def describe(self):
+        value, col = self.largest()
+        return f"|X - column mean| reaches {value:.3g} in column {col}"
+
+
+def check_trained(n_iter, status, scale=None, *, what="model"):
+    """Raise ValueError when the models cannot be reported as trained.
+
+    Two cases: (b) of the module docstring, a model still at its starting point; and a model
+    that did not converge while X's values are too large for the float32 solver (``scale``
+    beyond :data:`LARGE_VALUE`): the scale explains the failure and the models that did move
+    are not to be trusted either.  Anything else that did not converge is only warned about
+    (:func:`warn_not_converged`).
+
+    Parameters
+    ----------
+    n_iter, status : array-like (n_models,)
+        Accepted L-BFGS steps and ``kernel.STATUS_*`` code of each model.
+    scale : DataScale, optional
+        The training data, read (once) only when a model failed, to name the likely cause.
+    what : str
+        What a model is called in the message ("partition model", "model").
+    """
+    status = np.asarray(status)
+    stuck = unmoved(n_iter, status)
+    failed = status != _CONVERGED
+    if not failed.any():
+        return
+    fix = ": standardize X's columns (or divide X by a constant) and retry"
+    if stuck.any():
+        message = (f"{int(stuck.sum())} of {stuck.size} {what}(s) did not move from their starting point "
+                   f"({_detail(status[stuck])}): the solver found no step that lowers the loss, so "
+                   "they are untrained and their predictions would mean nothing")
+        if scale is not None and scale.too_large():
+            message += f"; likely cause: values of X too large for the float32 solver ({scale.describe()}){fix}"
+        elif scale is not None and scale.largest() is not None:
+            message += (f"; X's scale looks ordinary (largest {scale.describe()}): check the loss "
+                        "and its parameters, C, tol and max_iter")
+        raise ValueError(message)
+    if scale is not None and scale.too_large():
+        raise ValueError(
+            f"{int(failed.sum())} of {failed.size} {what}(s) did not converge ({_detail(status[failed])}) "
+            f"on values of X too large for the float32 solver ({scale.describe()}), so none of the "
+            f"models can be trusted{fix}")
+
+
+def _detail(status):
+    return ", ".join(f"{name}: {count}" for name, count in status_counts(status).items() if count)
+
+
+def warn_not_converged(counts, *, what="model", stacklevel=3):
+    """ConvergenceWarning if ``counts`` (from :func:`status_counts`) has unconverged models."""
+    total = sum(counts.values())
+    failed = {name: count for name, count in counts.items() if name != "converged" and count}
+    if failed:
+        detail = ", ".join(f"{name}: {count}" for name, count in failed.items())
+        warnings.warn(
+            f"{sum(failed.values())} of {total} {what}(s) did not converge ({detail}); their "
+            "predictions are used as they are. Raise max_iter, or standardize X's columns",
+            ConvergenceWarning, stacklevel=stacklevel)
+
+
+def check_solver_result(n_iter, status, X=None, center=None, *, what="model"):
+    """:func:`check_trained` (on ``X - center``), then :func:`warn_not_converged`; one fit's models."""
+    check_trained(n_iter, status, DataScale(X, center), what=what)
+    warn_not_converged(status_counts(status), what=what, stacklevel=4)

@@ -1,0 +1,96 @@
+"""Argument types, help formatting and error wording shared by the subcommands.
+
+Light on purpose (argparse and the standard library only): subcommand parsers are built for
+``aflite-fast --help`` without importing NumPy, Numba or the kernel.
+"""
+import argparse
+import re
+import sys
+
+from .._memory import parse_memory
+
+
+class UsageError(Exception):
+    """A command line that argparse refused; :func:`aflite_fast.cli.main` prints it (one line)
+    and returns exit code 2."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser, except that a bad command line raises :class:`UsageError` with
+    argparse's own one-line message (``aflite-fast filter: error: argument --threads: ...``)
+    instead of printing the usage above it and exiting: every refusal of the command line is
+    one line on stderr and exit code 2, whether argparse or the run finds it.  Subparsers
+    made by ``add_subparsers`` are of this class too.  ``--help`` and ``--version`` still exit
+    (code 0) as usual."""
+
+    def error(self, message):
+        raise UsageError(f"{self.prog}: error: {message} (see {self.prog} --help)")
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps the description's line breaks and appends ``(default: X)`` to every option that
+    has a meaningful default (not None, not a False switch, not already in the text)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        default = action.default
+        if ("%(default)" in text or default is None or default is False
+                or default is argparse.SUPPRESS or not action.option_strings):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+def positive_int(text):
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def memory_size(text):
+    """argparse type: a memory size (see :mod:`aflite_fast._memory` for the units), in bytes."""
+    try:
+        return parse_memory(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).replace(" for max_memory", "")) from None
+
+
+def cap_threads(requested, prog, quiet=False):
+    """``requested`` threads (None: all cores), capped at the cores this process may use.
+
+    Results do not depend on the thread count, so more threads than cores only costs time;
+    a note on stderr says so (unless ``quiet``).
+    """
+    from .._threads import effective_n_threads
+
+    available = effective_n_threads(None)
+    if requested is None or requested <= available:
+        return requested
+    if not quiet:
+        print(f"{prog}: note: --threads {requested} is more than the {available} core(s) "
+              f"available; using {available}", file=sys.stderr)
+    return available
+
+
+def name_flags(message, flags):
+    """``message`` with each Python parameter name of ``flags`` replaced by its flag.
+
+    The library's errors name parameters (``n_jobs must be ...``); on the command line the
+    user typed flags (``--threads``).  Only whole names are replaced: not ``C`` in
+    ``C-contiguous`` nor ``T`` in ``T.npy``.  A name that is also an ordinary word (lowercase
+    letters only: ``groups``, ``null``, ``stop``, ``tau``) is replaced only where it names the
+    parameter, at the start of the message or of a clause (after "; ") or before "=", so that
+    "the largest of the 3 groups" or "the permutation null" keep their words.
+    """
+    for param, flag in flags.items():
+        name = re.escape(param)
+        if param.isalpha() and param.islower():
+            pattern = rf"(?:(?<=^)|(?<=; )){name}(?![\w-]|\.\w)|(?<![\w.-]){name}(?==)"
+        else:
+            pattern = rf"(?<![\w.-]){name}(?![\w-]|\.\w)"
+        message = re.sub(pattern, flag, message)
+    return message
