@@ -398,6 +398,9 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
     stop_reason = ended or "target_size reached"
     solver = dict(n_classes=labels.n_classes, C=settings.C, loss=spec, options=options, max_memory=max_memory,
                   n_threads=n_threads)
+    if backend == "local":
+        # every phase (and null pass) gathers its rows into the same buffer
+        solver["workspace"] = engine.Workspace()
     bar = tqdm(total=max(0, n_rows - settings.target_size), initial=int(state.removed.size),
                disable=not progress, unit="row", desc="AFLite", leave=True)
     try:

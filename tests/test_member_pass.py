@@ -179,3 +179,26 @@ def test_phase_bitwise_across_threads_memmap_and_blocks(seed, make_problem, read
         assert np.array_equal(base.n_iter, other.n_iter)
     # the small budget did split the partitions into blocks (the others trained one block)
     assert blocks[:3] == [1, 1, 1] and blocks[3] > 1, blocks
+
+
+def test_workspace_reuse_changes_nothing(seed, make_problem):
+    """Successive phases gather into one reused buffer (engine.Workspace): a smaller active
+    set in an old, larger buffer scores bitwise as in a fresh one."""
+    rng = np.random.default_rng([seed, 8])
+    n = 3000
+    X, y = make_problem(rng, n, 33, 3, signal=0.5)
+    from aflite_fast.data import scan_rows
+    center = scan_rows(X).astype(np.float32)
+    codes = y.astype(np.int32)
+    ws = engine.Workspace()
+    for phase, active in enumerate((np.arange(n), np.sort(rng.choice(n, 2500, replace=False)))):
+        active = active.astype(np.int64)
+        tp = engine.partition_train_positions(seed, phase, active.size, active.size // 5, 8)
+        fresh = engine.score_phase(X, codes, active, center, tp, n_classes=3)
+        reused = engine.score_phase(X, codes, active, center, tp, n_classes=3, workspace=ws)
+        assert np.array_equal(fresh.coef, reused.coef)
+        assert np.array_equal(fresh.scores, reused.scores, equal_nan=True)
+        assert ws.buffer is not None
+        if phase == 0:
+            first = ws.buffer
+    assert ws.buffer is first  # the second, smaller phase reused the first one's buffer
