@@ -164,7 +164,7 @@ def preconditioner_chunk_rows(budget, n_features):
     """Rows of the preconditioner's sample read at a time: a multiple of the kernel's row
     block that fits an eighth of ``budget`` (at least one block).  Changes no result."""
     rows = budget // (8 * 4 * (n_features + 1))
-    return int(max(1, rows // kernel.ROW_BLOCK) * kernel.ROW_BLOCK)
+    return int(max(1, rows // kernel.PRECOND_BLOCK) * kernel.PRECOND_BLOCK)
 
 
 def preconditioner_bytes(n_active, n_features, budget):
@@ -276,7 +276,7 @@ def phase_preconditioner(read_rows, active, n_features, n_classes, kernel_C, tra
     Estimated from rows spread evenly over the active set (:func:`kernel.preconditioner_sample`),
     so it is a function of the active set alone and no model depends on its block or on the
     backend.  ``read_rows(rows)`` returns the augmented float32 rows ``rows`` (C-contiguous),
-    asked for ``chunk_rows`` at a time (a multiple of ``kernel.ROW_BLOCK``; default all at
+    asked for ``chunk_rows`` at a time (a multiple of ``kernel.PRECOND_BLOCK``; default all at
     once); the L2 weight is the one of a partition of ``train_size`` rows.
     """
     sample = active[kernel.preconditioner_sample(active.size, n_features + 1)]

@@ -26,7 +26,7 @@ from .losses import resolve_loss
 #: Rows of the active set summed together before their sum joins the running total.  Row
 #: blocks are aligned to positions in the active set (not in the block's training rows), so
 #: a model's gradient does not depend on which other models share its block.
-ROW_BLOCK = 256
+ROW_BLOCK = 512
 #: Columns summed together in one block of the logits product.
 COL_BLOCK = 256
 #: A super-block (a run of row blocks whose sums are added in order; one task of a thread)
@@ -36,6 +36,8 @@ SUPER_BLOCK_BYTES = 4 << 20
 #: Rows of the sample a preconditioner is estimated from: this many per column, at least
 #: :data:`PRECOND_MIN_ROWS` (all rows when there are fewer).
 PRECOND_ROWS_PER_COLUMN = 8
+#: Rows summed in float32 before their sum joins the preconditioner's double Gram matrix.
+PRECOND_BLOCK = 256
 PRECOND_MIN_ROWS = 2048
 STATUS_NAMES = {
     _kernel.STATUS_CONVERGED: "converged",
@@ -116,9 +118,9 @@ def preconditioner(rows, n_classes, l2, n_threads=1):
     ----------
     rows : ndarray (n, D) float32, or an iterable of such arrays
         A sample of the augmented rows (see :func:`preconditioner_sample`), whole or in
-        chunks; every chunk but the last must hold a multiple of :data:`ROW_BLOCK` rows, so
-        the sums (float32 within blocks of ROW_BLOCK rows, added in double) and the result do
-        not depend on the chunking.
+        chunks; every chunk but the last must hold a multiple of :data:`PRECOND_BLOCK` rows,
+        so the sums (float32 within blocks of PRECOND_BLOCK rows, added in double) and the
+        result do not depend on the chunking.
     n_classes : int
     l2 : float
         L2 weight of the objective (``1 / (C * n_rows)``), which bounds H0 where the rows have
@@ -133,13 +135,13 @@ def preconditioner(rows, n_classes, l2, n_threads=1):
     gram, n = None, 0
     for chunk in chunks:
         chunk = np.ascontiguousarray(chunk, dtype=np.float32)
-        if n % ROW_BLOCK:
-            raise ValueError(f"every chunk of rows but the last must hold a multiple of {ROW_BLOCK} rows")
+        if n % PRECOND_BLOCK:
+            raise ValueError(f"every chunk of rows but the last must hold a multiple of {PRECOND_BLOCK} rows")
         if gram is None:
             gram = np.zeros((chunk.shape[1], chunk.shape[1]), dtype=np.float64)
         if chunk.shape[0]:
             with limit_blas_threads():
-                _kernel.sgemm_double(True, chunk, chunk, gram, block_bounds(chunk.shape[0], ROW_BLOCK),
+                _kernel.sgemm_double(True, chunk, chunk, gram, block_bounds(chunk.shape[0], PRECOND_BLOCK),
                                      n > 0, n_threads)
         n += chunk.shape[0]
     if gram is None:

@@ -6,10 +6,12 @@
  *     (union of the block's rows) x (models): a masked GEMM over the union does N / t times
  *     the arithmetic needed when t is a small share of the active rows (t/N = 0.1 with 64
  *     partitions: the union is all rows, so 10x), which is how AFLite runs at scale.
- *  B. Rows come in row blocks fixed by the caller (positions in the active set // 256), so
- *     one row block of X (<= 256 rows, about 1 MB at d = 1024) stays in cache while every
- *     model of the round works through its member rows of that block: X is streamed from
- *     memory once per evaluation, whatever the number of models.
+ *  B. Rows come in row blocks fixed by the caller (positions in the active set // 512) and
+ *     super-blocks of row blocks (about 4 MB of rows, also fixed by positions).  A thread
+ *     takes a super-block and walks it model by model, so each model's weights and sums stay
+ *     in cache while its rows stream in (prefetched a group of four rows ahead: a model's
+ *     rows are scattered, one in ten at t/N = 0.1), and the super-block stays in the shared
+ *     last-level cache for the next model.
  *  C. Per (model, row block): logits of the member rows (dot products vectorised along the
  *     features, four rows at a time so each weight vector load serves four rows), the
  *     per-row loss and logit gradient (cross-entropy vectorised over the rows; other losses

@@ -66,8 +66,8 @@ AFL_F(reduce4)(AFL_F(mvf_t) a, AFL_F(mvf_t) b, AFL_F(mvf_t) c, AFL_F(mvf_t) d, f
  * zero beyond D): a vector accumulator per (row, class) over the features in order, the
  * last partial vector of x read masked, its lanes summed by reduce4. */
 static inline __attribute__((always_inline)) void
-AFL_F(dot4)(const float *const x[4], const float *restrict w, int64_t D, int64_t Dp, int cg,
-            float res[4][4])
+AFL_F(dot4)(const float *const x[4], const float *const xn[4], const float *restrict w,
+            int64_t D, int64_t Dp, int cg, float res[4][4])
 {
     const int64_t nv = D / AFL_VL;
     const int rem = (int)(D - nv * AFL_VL);
@@ -79,6 +79,11 @@ AFL_F(dot4)(const float *const x[4], const float *restrict w, int64_t D, int64_t
         for (int r = 0; r < 4; r++) acc[c][r] = zero;
     for (int64_t v = 0; v < nv; v++) {
         AFL_F(mvf_t) xv[4];
+        /* the next group's rows, a line at a time: a model's rows are scattered (at t/N = 0.1
+         * one row in ten), so the hardware prefetchers see a new stream at every row */
+        if ((v * AFL_VL) % 16 == 0)
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) __builtin_prefetch(xn[r] + v * AFL_VL, 0, 3);
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) xv[r] = *(const AFL_F(mvf_t) *)(x[r] + v * AFL_VL);
 #pragma GCC unroll 4
@@ -111,19 +116,21 @@ static void AFL_F(logits)(const float *X, int64_t ldx, int64_t D, int64_t Dp,
 {
     float res[4][4];
     for (int64_t i0 = 0; i0 < q; i0 += 4) {
-        const float *x[4];
-        for (int r = 0; r < 4; r++)
+        const float *x[4], *xn[4];
+        for (int r = 0; r < 4; r++) {
             x[r] = X + (int64_t)rows[i0 + r < q ? i0 + r : q - 1] * ldx;
+            xn[r] = X + (int64_t)rows[i0 + 4 + r < q ? i0 + 4 + r : q - 1] * ldx;
+        }
         int nr = q - i0 < 4 ? (int)(q - i0) : 4;
         for (int c0 = 0; c0 < C; c0 += 4) {
             int cg = C - c0 < 4 ? C - c0 : 4;
             const float *w = W + (int64_t)c0 * Dp;
             /* constant class counts, so each call site keeps its accumulators in registers */
             switch (cg) {
-            case 1: AFL_F(dot4)(x, w, D, Dp, 1, res); break;
-            case 2: AFL_F(dot4)(x, w, D, Dp, 2, res); break;
-            case 3: AFL_F(dot4)(x, w, D, Dp, 3, res); break;
-            default: AFL_F(dot4)(x, w, D, Dp, 4, res); break;
+            case 1: AFL_F(dot4)(x, xn, w, D, Dp, 1, res); break;
+            case 2: AFL_F(dot4)(x, xn, w, D, Dp, 2, res); break;
+            case 3: AFL_F(dot4)(x, xn, w, D, Dp, 3, res); break;
+            default: AFL_F(dot4)(x, xn, w, D, Dp, 4, res); break;
             }
             for (int r = 0; r < nr; r++)
                 for (int c = 0; c < cg; c++) Z[(i0 + r) * C + c0 + c] = res[c][r];
