@@ -10,7 +10,8 @@ samples the process's anonymous memory (RssAnon) every 10 ms.
 
 ``--max-phases P`` stops after P phases (target size = N - P k) and the table then gives a
 projection of the full run, labelled as one: the measured phases' seconds per active row
-times the active rows of each remaining phase.
+times the active rows of each phase the run would have down to the target (an upper bound
+of the phases: the tau rule may end the run earlier).
 
     PYTHONPATH=. python benchmarks/snli_scale.py [--max-phases P] [--threads 2] [--json out.json]
     PYTHONPATH=. python benchmarks/snli_scale.py --rows 60000 --train-size 5000 --slice-size 1000 \\
@@ -106,7 +107,8 @@ def main(argv=None):
     per_row = sum(ph["seconds"] for ph in phases) / sum(ph["n_active"] for ph in phases)
     loop_overhead = total - sum(ph["seconds"] for ph in phases)
     projected = per_row * sum(full_phases) + loop_overhead
-    measured_all = len(phases) >= len(full_phases) and target == a.target_size
+    # without --max-phases the run went to its own end (target size or the tau rule)
+    measured_all = target == a.target_size
     out = dict(rows=a.rows, dim=a.dim, partitions=a.partitions, train_size=a.train_size,
                slice_size=a.slice_size, target_size=a.target_size, run_target=target, tau=a.tau,
                threads=a.threads, file_gb=path.stat().st_size / 1e9, total_seconds=total,
@@ -125,7 +127,7 @@ def main(argv=None):
     print()
     if measured_all:
         print(f"Full run measured: {len(phases)} phases, {total:.0f} s ({total / 60:.1f} min), "
-              f"kept {res.keep.size} rows ({res.stop_reason}).")
+              f"kept {res.keep.size} rows (stopped: {res.stop_reason}).")
     else:
         print(f"Measured {len(phases)} of {len(full_phases)} phases in {total:.0f} s; PROJECTED full run "
               f"(measured seconds per active row x the active rows of all {len(full_phases)} phases): "
