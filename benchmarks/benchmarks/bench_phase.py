@@ -198,3 +198,34 @@ class FullRun:
 
     def track_rows_kept(self, cache, size):
         return len(self._run(cache, size).keep)
+
+
+class PhaseScale:
+    """One phase at large-benchmark proportions (issue 11): t/N = 0.5 and 0.1 at N=100000,
+    d=768, m=64 (``benchmarks/compare_scale.py`` adds N=200000, the sklearn loop and the
+    floor).  ``track_*`` give the solver's mean iterations per model."""
+
+    params = [[0.5, 0.1]]
+    param_names = ["share"]
+    number = 1
+    repeat = (1, 3, 900.0)
+    timeout = 1800
+
+    def setup_cache(self):
+        return make_skewed_embeddings(100000, 768, 3, random_state=SEED)
+
+    def setup(self, cache, share):
+        self.X, self.y = cache
+        self.t = int(share * self.X.shape[0])
+        _call(aflite_fast.predictability, self.X[:600], self.y[:600], n_partitions=2,
+              train_size=300, random_state=SEED, n_jobs=N_THREADS, progress=False)
+
+    def _phase(self):
+        return _call(aflite_fast.predictability, self.X, self.y, n_partitions=64, train_size=self.t,
+                     random_state=SEED, n_jobs=N_THREADS, progress=False)
+
+    def time_phase(self, cache, share):
+        self._phase()
+
+    def track_mean_iterations(self, cache, share):
+        return float(np.mean(self._phase().n_iter))
