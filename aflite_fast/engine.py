@@ -392,7 +392,16 @@ def score_phase(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="
         for j in block:
             np.logical_or(in_block, member[:, j], out=in_block)
         union = np.flatnonzero(in_block)
-        bm = member[np.ix_(union, block)]
+        if (len(blocks) == 1 and union.size >= 0.9 * n_active
+                and training_bytes(n_active, m, d, n_classes, options.history, int(member.sum()),
+                                   n_threads) <= budget):
+            # (nearly) every active row trains some partition: take them all, so the gather is
+            # one sequential pass (no row picking) and prediction finds every row gathered.
+            # Rows that train no model change no result: the kernel visits members only.
+            union = np.arange(n_active, dtype=np.int64)
+            bm = member
+        else:
+            bm = member[np.ix_(union, block)]
         rows = active[union]
         r0 = time.perf_counter()
         out = (workspace.rows(union.size, D) if workspace is not None and len(blocks) == 1
@@ -425,31 +434,38 @@ def score_phase(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="
     prob_label = np.zeros(n_active, dtype=np.float64)
     W = kernel.stack_weights(coef)
     per_row = prediction_row_bytes(d, m, n_classes)
-    # positions to predict, in runs: rows of the trained block (already gathered) and the rest
-    runs = [(np.arange(n_active, dtype=np.int64), None)]
+    # positions to predict, in runs: rows of the trained block (already gathered) and the rest;
+    # a run of consecutive positions is a slice (no copies of the per-row arrays)
+    runs = [(slice(0, n_active), None)]
     if Xa_all is not None:
-        rest = np.ones(n_active, dtype=bool)
-        rest[union_all] = False
-        runs = [(union_all, Xa_all), (np.flatnonzero(rest), None)]
+        if union_all.size == n_active:
+            runs = [(slice(0, n_active), Xa_all)]
+        else:
+            rest = np.ones(n_active, dtype=bool)
+            rest[union_all] = False
+            runs = [(union_all, Xa_all), (np.flatnonzero(rest), None)]
     chunk = int(max(16, min(n_active, budget // per_row)))
     n_chunks = 0
     for pos, rows_in_memory in runs:
-        for s0 in range(0, pos.size, chunk):
-            p = pos[s0:s0 + chunk]
+        size = pos.stop - pos.start if isinstance(pos, slice) else pos.size
+        for s0 in range(0, size, chunk):
+            p = (slice(pos.start + s0, min(pos.stop, pos.start + s0 + chunk)) if isinstance(pos, slice)
+                 else pos[s0:s0 + chunk])
             if rows_in_memory is not None:
                 Xa = rows_in_memory[s0:s0 + chunk]
             else:
                 r0 = time.perf_counter()
-                Xa = gather_rows(X, active[p], center, kernel.empty_rows(p.size, D), gather_bytes)
+                Xa = gather_rows(X, active[p], center, kernel.empty_rows(len(active[p]), D), gather_bytes)
                 read_seconds += time.perf_counter() - r0
             heldout = np.subtract(1, member[p], dtype=np.uint8)
             s_, c_, pl_ = seen[p], correct[p], prob_label[p]
             ps_ = None if proba_sum is None else proba_sum[p]
             kernel.predict_accumulate(Xa, codes[active[p]], heldout, W, n_classes, s_, c_, pl_, ps_,
                                       n_threads)
-            seen[p], correct[p], prob_label[p] = s_, c_, pl_
-            if proba_sum is not None:
-                proba_sum[p] = ps_
+            if not isinstance(p, slice):  # fancy indexing copied: write back
+                seen[p], correct[p], prob_label[p] = s_, c_, pl_
+                if proba_sum is not None:
+                    proba_sum[p] = ps_
             n_chunks += 1
             del Xa, heldout
             if on_block is not None:

@@ -5,7 +5,9 @@ Issue 11's benchmark.  For N in {100000, 200000} rows of skewed, embedding-like 
 0.09), one phase of m=64 partitions is timed in ONE run:
 
 a. ours: ``engine.score_phase`` (what ``aflite_fast.predictability`` and every phase of
-   ``aflite`` call), ``--repeat`` times, median;
+   ``aflite`` call) with an ``engine.Workspace`` kept between the repeats, as the phases of an
+   ``aflite`` run keep it (the first repeat allocates the row buffer, like a run's first
+   phase); ``--repeat`` times, median;
 b. scikit-learn: one ``LogisticRegression`` per partition in a Python loop
    (``baseline.baseline_phase``) on the package's own partitions; the first ``--sklearn-sample``
    partitions are fitted and predicted and the time is scaled by m / sample (an estimate, said
@@ -78,11 +80,11 @@ def gemm_rate(n, D, N, threads, repeat=3):
     return ours, blas
 
 
-def ours_phase(X, y, center, train_pos, threads):
+def ours_phase(X, y, center, train_pos, threads, workspace=None):
     n = X.shape[0]
     t0 = time.perf_counter()
     res = engine.score_phase(X, y.astype(np.int32), np.arange(n, dtype=np.int64), center, train_pos,
-                             n_classes=3, n_threads=threads)
+                             n_classes=3, n_threads=threads, workspace=workspace)
     return time.perf_counter() - t0, res
 
 
@@ -120,8 +122,9 @@ def main(argv=None):
             train_pos = engine.partition_train_positions(0, 0, n, t, m)
             ours, skl = [], []
             res = None
+            workspace = engine.Workspace()
             for r in range(a.repeat):
-                s, res = ours_phase(X, y, center, train_pos, a.threads)
+                s, res = ours_phase(X, y, center, train_pos, a.threads, workspace)
                 ours.append(s)
                 if r == 0:
                     with threadpool_limits(a.threads):

@@ -202,3 +202,58 @@ def test_workspace_reuse_changes_nothing(seed, make_problem):
         if phase == 0:
             first = ws.buffer
     assert ws.buffer is first  # the second, smaller phase reused the first one's buffer
+
+
+_ISA_SCRIPT = r"""
+import sys
+import numpy as np
+from aflite_fast import _kernel, kernel
+sys.path.insert(0, sys.argv[1])
+import test_member_pass as t
+assert _kernel.gemm_isa() == sys.argv[2], _kernel.gemm_isa()
+rng = np.random.default_rng(3)
+n, d, C, B = 900, 37, 5, 4
+X = (rng.standard_normal((n, d)) * (1 + np.arange(d)) ** -0.5 + 2).astype(np.float32)
+y = rng.integers(0, C, n).astype(np.int32)
+Xa = kernel.augment_rows(X, X.mean(axis=0).astype(np.float32))
+member = (rng.random((n, B)) < 0.3).astype(np.uint8)
+W = 0.3 * rng.standard_normal((B, d + 1, C))
+for loss in ("ce", "gce"):
+    got_l, got_g = t._eval(Xa, y, member, W, loss=loss)
+    two_l, two_g = t._eval(Xa, y, member, W, loss=loss, n_threads=2)
+    assert np.array_equal(got_l, two_l) and np.array_equal(got_g, two_g)
+    ref_l, ref_g = t._reference(Xa, y, member, W, loss=loss)
+    np.testing.assert_allclose(got_l, ref_l, rtol=1e-6)
+    assert np.abs(got_g - ref_g).max() <= 1e-5 * np.abs(ref_g).max()
+coef, info = kernel.train_models(Xa, y, member, C, precond="auto")
+assert (info["status"] == 0).all() and info["n_iter"].min() > 0
+coef2, _ = kernel.train_models(Xa, y, member, C, precond="auto", n_threads=2)
+assert np.array_equal(coef, coef2)
+seen, correct, prob = np.zeros(n, np.int32), np.zeros(n, np.int32), np.zeros(n)
+kernel.predict_accumulate(Xa, y, np.ascontiguousarray(1 - member), kernel.stack_weights(coef), C, seen, correct,
+                          prob, n_threads=2)
+assert np.array_equal(seen, (1 - member).sum(axis=1))
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("isa", ["avx2", "generic"])
+def test_other_instruction_sets(isa, tmp_path):
+    """The AVX2 and baseline builds of the row passes (picked with AFLITE_FAST_ISA) against the
+    same float64 reference, bitwise across threads, through training and prediction."""
+    import os
+    import subprocess
+    import sys
+
+    if isa == "avx2" and _kernel.gemm_isa() == "generic":
+        pytest.skip("this machine has no AVX2")
+    env = dict(os.environ, AFLITE_FAST_ISA=isa)
+    here = os.path.dirname(os.path.abspath(__file__))
+    # the parent's import path: the installed package, or the source tree when built in place
+    # (conftest.py decides which)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    script = tmp_path / "isa.py"
+    script.write_text(_ISA_SCRIPT)
+    out = subprocess.run([sys.executable, str(script), here, isa], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]
