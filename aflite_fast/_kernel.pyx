@@ -29,12 +29,12 @@ G. Prediction evaluates all models of a block on a chunk of rows with one GEMM a
 
 Every array argument is marked IN or OUT; outputs are allocated by the caller (kernel.py).
 """
-from libc.stdlib cimport malloc, calloc, free
+from libc.stdlib cimport malloc, free
 from posix.stdlib cimport posix_memalign
 from libc.string cimport memset, memcpy
 from libc.math cimport fabs, sqrt, isfinite
 from libc.stdint cimport int64_t, int32_t, uint8_t, uintptr_t
-from cython.parallel cimport prange, parallel, threadid
+from cython.parallel cimport prange
 
 cdef extern from "afl_omp.h" nogil:
     int AFL_HAVE_OPENMP
@@ -49,9 +49,7 @@ cdef extern from "afl_gemm.h" nogil:
     unsigned AFL_GEMM_PACK_BYTES
 
 cdef extern from "afl_losses.h" nogil:
-    enum: AFL_LOSS_CE
     ctypedef double (*afl_user_weight_fn)(double, const double *, double *)
-    int afl_softmax(int C, const float *z, double *p)
 
 cdef extern from "afl_member.h" nogil:
     ctypedef struct afl_member_set:

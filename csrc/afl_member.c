@@ -1,4 +1,5 @@
-/* Member-row pass, compiled per instruction set: see afl_member.h for the design. */
+/* Row passes of the kernel (training member pass, prediction), compiled per instruction set:
+ * see afl_member.h for the design. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -88,8 +89,6 @@ void afl_member_init(void)
 {
     if (!afl_rows.model_block) afl_rows = afl_rows_pick();
 }
-
-const char *afl_member_isa(void) { return afl_gemm_isa(); }
 
 void afl_member_index(int64_t n, int64_t B, const uint8_t *member, int64_t nrb,
                       const int64_t *row_blocks, int64_t *mptr, int32_t *mrows)

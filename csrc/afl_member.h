@@ -78,9 +78,6 @@ int afl_member_eval(const afl_member_set *s, int64_t nA, const int64_t *active,
                     const float *W, const double *scale, double *loss, double *grad,
                     int n_threads);
 
-/* Name of the instruction set the member pass dispatches to (the GEMM's). */
-const char *afl_member_isa(void);
-
 /* Pick the instruction set of the row passes (call once before any thread may use them). */
 void afl_member_init(void);
 

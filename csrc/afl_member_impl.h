@@ -30,7 +30,9 @@ static inline __attribute__((always_inline)) void
 AFL_F(reduce4)(AFL_F(mvf_t) a, AFL_F(mvf_t) b, AFL_F(mvf_t) c, AFL_F(mvf_t) d, float *out)
 {
     typedef float v4 __attribute__((vector_size(16)));
+#if AFL_VL >= 8
     typedef float v8 __attribute__((vector_size(32)));
+#endif
 #if AFL_VL == 16
     v8 a8 = __builtin_shufflevector(a, a, 0, 1, 2, 3, 4, 5, 6, 7)
           + __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15);
@@ -146,12 +148,8 @@ static inline __attribute__((always_inline)) void
 AFL_F(grad_tile)(const float *X, int64_t ldx, const int32_t *rows, int64_t q, const float *R,
                  int C, int cg, int64_t v0, int nvg, int rem, int64_t Dp, double *G)
 {
-    const AFL_F(mvf_t) zero = {0};
-    AFL_F(mvf_t) acc[4][AFL_KG];
-#pragma GCC unroll 4
-    for (int c = 0; c < cg; c++)
-#pragma GCC unroll 8
-        for (int g = 0; g < nvg; g++) acc[c][g] = zero;
+    /* all zero (not only cg x nvg): the compiler cannot see that the rest is never read */
+    AFL_F(mvf_t) acc[4][AFL_KG] = {{{0}}};
     for (int64_t i = 0; i < q; i++) {
         const float *xr = X + (int64_t)rows[i] * ldx + v0 * AFL_VL;
         AFL_F(mvf_t) xv[AFL_KG];
