@@ -61,7 +61,7 @@ def main(argv=None):
               file=sys.stderr)
     y = np.load(labels_path)
 
-    from aflite_fast import aflite, engine
+    from aflite_fast import aflite, algorithm, engine
 
     target = a.target_size
     if a.max_phases is not None:
@@ -90,6 +90,16 @@ def main(argv=None):
         return res
 
     engine.score_phase = spy
+    scan_seconds = []
+    real_scan = algorithm.scan_rows
+
+    def scan_spy(*args, **kwargs):
+        s0 = time.perf_counter()
+        out = real_scan(*args, **kwargs)
+        scan_seconds.append(time.perf_counter() - s0)
+        return out
+
+    algorithm.scan_rows = scan_spy
     t0 = time.perf_counter()
     res = aflite(str(path), y, target_size=target, n_partitions=a.partitions, train_size=a.train_size,
                  slice_size=a.slice_size, tau=a.tau, random_state=0, n_jobs=a.threads,
@@ -98,6 +108,7 @@ def main(argv=None):
     stop.set()
     sampler.join()
     engine.score_phase = real
+    algorithm.scan_rows = real_scan
     # projection of the full run from the measured phases: seconds per active row
     full_phases = []
     n_active = a.rows
@@ -114,6 +125,7 @@ def main(argv=None):
                threads=a.threads, file_gb=path.stat().st_size / 1e9, total_seconds=total,
                n_phases=len(phases), phases=phases, kept=int(res.keep.size), stop_reason=res.stop_reason,
                peak_anon_gb=peak[0] / 1e9, base_anon_gb=base_anon / 1e9,
+               scan_seconds=sum(scan_seconds), phases_seconds=sum(ph["seconds"] for ph in phases),
                full_run_phases=len(full_phases), projected_full_seconds=projected,
                measured_full_run=measured_all, machine=platform.processor() or platform.machine())
     print(f"\nN={a.rows} d={a.dim} m={a.partitions} t={a.train_size} k={a.slice_size} "
@@ -132,6 +144,8 @@ def main(argv=None):
         print(f"Measured {len(phases)} of {len(full_phases)} phases in {total:.0f} s; PROJECTED full run "
               f"(measured seconds per active row x the active rows of all {len(full_phases)} phases): "
               f"{projected:.0f} s ({projected / 60:.1f} min).")
+    print(f"Outside the phases: {total - out['phases_seconds']:.0f} s, of which the validation scan of the "
+          f"file (finiteness, column means) {out['scan_seconds']:.0f} s.")
     print(f"Peak anonymous memory {out['peak_anon_gb']:.2f} GB (RssAnon, 10 ms samples; "
           f"{out['base_anon_gb']:.2f} GB before the run).")
     if a.json:
