@@ -124,44 +124,37 @@ def gemm_pack_buffer_bytes(bint trans_a, int64_t N, int64_t K, int64_t max_block
     return int(afl_gemm_pack_bytes(trans_a, N, K, max_block))
 
 
+ctypedef fused gemm_out_t:
+    float
+    double
+
+
 def sgemm(bint trans_a,
           const float[:, ::1] A,        # IN  (M, K), or (K, M) when trans_a
           const float[:, ::1] B,        # IN  (K, N)
-          float[:, ::1] C,              # OUT (M, N)
+          gemm_out_t[:, ::1] C,         # OUT (M, N), float32 or float64
           const int64_t[::1] kb,        # IN  K-block boundaries
           bint accumulate, int n_threads):
-    """C (+)= op(A) @ B with the deterministic GEMM (exposed for tests and benchmarks)."""
+    """C (+)= op(A) @ B with the deterministic GEMM (exposed for tests, benchmarks and the
+    preconditioner's Gram matrix).  With a float64 C each K-block's float32 sum is added in
+    double."""
     cdef int64_t M = A.shape[1] if trans_a else A.shape[0]
     cdef int64_t K = A.shape[0] if trans_a else A.shape[1]
     cdef int64_t N = B.shape[1]
     cdef int rc
+    cdef float *Cf = NULL
+    cdef double *Cd = NULL
     if B.shape[0] != K or C.shape[0] != M or C.shape[1] != N or kb[kb.shape[0] - 1] != K:
         raise ValueError("sgemm: shapes do not match")
+    if gemm_out_t is float:
+        Cf = &C[0, 0]
+    else:
+        Cd = &C[0, 0]
     with nogil:
-        rc = afl_sgemm(trans_a, M, N, K, &A[0, 0], A.shape[1], &B[0, 0], N, &C[0, 0], NULL, N,
+        rc = afl_sgemm(trans_a, M, N, K, &A[0, 0], A.shape[1], &B[0, 0], N, Cf, Cd, N,
                        accumulate, &kb[0], kb.shape[0] - 1, n_threads)
     if rc != 0:
         raise MemoryError("sgemm: could not allocate scratch memory")
-
-
-def sgemm_double(bint trans_a,
-                 const float[:, ::1] A,     # IN  (M, K), or (K, M) when trans_a
-                 const float[:, ::1] B,     # IN  (K, N)
-                 double[:, ::1] C,          # OUT (M, N)
-                 const int64_t[::1] kb,     # IN  K-block boundaries
-                 bint accumulate, int n_threads):
-    """C (+)= op(A) @ B with the deterministic GEMM, each K-block's float32 sum added in double."""
-    cdef int64_t M = A.shape[1] if trans_a else A.shape[0]
-    cdef int64_t K = A.shape[0] if trans_a else A.shape[1]
-    cdef int64_t N = B.shape[1]
-    cdef int rc
-    if B.shape[0] != K or C.shape[0] != M or C.shape[1] != N or kb[kb.shape[0] - 1] != K:
-        raise ValueError("sgemm_double: shapes do not match")
-    with nogil:
-        rc = afl_sgemm(trans_a, M, N, K, &A[0, 0], A.shape[1], &B[0, 0], N, NULL, &C[0, 0], N,
-                       accumulate, &kb[0], kb.shape[0] - 1, n_threads)
-    if rc != 0:
-        raise MemoryError("sgemm_double: could not allocate scratch memory")
 
 
 cdef inline double _dot(const double *a, const double *b, int64_t n) noexcept nogil:

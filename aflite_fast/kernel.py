@@ -141,7 +141,7 @@ def preconditioner(rows, n_classes, l2, n_threads=1):
             gram = np.zeros((chunk.shape[1], chunk.shape[1]), dtype=np.float64)
         if chunk.shape[0]:
             with limit_blas_threads():
-                _kernel.sgemm_double(True, chunk, chunk, gram, block_bounds(chunk.shape[0], PRECOND_BLOCK),
+                _kernel.sgemm(True, chunk, chunk, gram, block_bounds(chunk.shape[0], PRECOND_BLOCK),
                                      n > 0, n_threads)
         n += chunk.shape[0]
     if gram is None:

@@ -165,20 +165,32 @@ def rss_anon():
     return 0
 
 
+class PeakAnonSampler:
+    """Samples this process's anonymous memory every ``interval`` s in a thread; ``peak``
+    holds the largest value seen (call ``stop`` to end)."""
+
+    def __init__(self, interval=0.01):
+        self.peak = rss_anon()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(interval,), daemon=True)
+        self._thread.start()
+
+    def _run(self, interval):
+        while not self._stop.wait(interval):
+            self.peak = max(self.peak, rss_anon())
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join()
+        return self.peak
+
+
 def child(args):
     sys.path.insert(0, ROOT)
     from aflite_fast import engine
     from aflite_fast.cli import main
 
-    peak = [rss_anon()]
-    stop = threading.Event()
-
-    def sample():
-        while not stop.wait(0.01):
-            peak[0] = max(peak[0], rss_anon())
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
+    sampler = PeakAnonSampler()
     baseline = rss_anon()  # interpreter + numpy + numba + aflite_fast loaded, no data yet
     # warm up on a tiny in-memory problem: Numba functions loaded, OpenMP/BLAS pools started
     from aflite_fast import aflite
@@ -217,11 +229,10 @@ def child(args):
         report = json.load(open(os.path.join(out_dir, "report.json"))) if rc == 0 else {}
     drop_caches()
     read_after = sequential_read(args.path)
-    stop.set()
-    sampler.join()
+    peak = sampler.stop()
     json.dump(dict(rc=rc, argv=argv, total_seconds=total, baseline_anon=baseline,
                    baseline_warm_anon=baseline_warm,
-                   peak_anon=peak[0], read_before=read_before, read_after=read_after,
+                   peak_anon=peak, read_before=read_before, read_after=read_after,
                    caches_dropped=dropped, phases=phases,
                    n_kept=report.get("n_kept"), stop_reason=report.get("stop_reason")),
               open(args.result, "w"), indent=1)

@@ -22,7 +22,6 @@ import json
 import os
 import platform
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -31,7 +30,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from out_of_core import rss_anon  # noqa: E402
+from out_of_core import PeakAnonSampler, rss_anon  # noqa: E402
 from skewed_data import write_skewed_embeddings  # noqa: E402
 
 
@@ -66,15 +65,7 @@ def main(argv=None):
     target = a.target_size
     if a.max_phases is not None:
         target = max(target, a.rows - a.max_phases * a.slice_size)
-    peak = [rss_anon()]
-    stop = threading.Event()
-
-    def sample():
-        while not stop.wait(0.01):
-            peak[0] = max(peak[0], rss_anon())
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
+    sampler = PeakAnonSampler()
     base_anon = rss_anon()
     phases = []
     real = engine.score_phase
@@ -105,8 +96,7 @@ def main(argv=None):
                  slice_size=a.slice_size, tau=a.tau, random_state=0, n_jobs=a.threads,
                  max_memory=a.max_memory, progress=False)
     total = time.perf_counter() - t0
-    stop.set()
-    sampler.join()
+    peak = sampler.stop()
     engine.score_phase = real
     algorithm.scan_rows = real_scan
     # projection of the full run from the measured phases: seconds per active row
@@ -124,7 +114,7 @@ def main(argv=None):
                slice_size=a.slice_size, target_size=a.target_size, run_target=target, tau=a.tau,
                threads=a.threads, file_gb=path.stat().st_size / 1e9, total_seconds=total,
                n_phases=len(phases), phases=phases, kept=int(res.keep.size), stop_reason=res.stop_reason,
-               peak_anon_gb=peak[0] / 1e9, base_anon_gb=base_anon / 1e9,
+               peak_anon_gb=peak / 1e9, base_anon_gb=base_anon / 1e9,
                scan_seconds=sum(scan_seconds), phases_seconds=sum(ph["seconds"] for ph in phases),
                full_run_phases=len(full_phases), projected_full_seconds=projected,
                measured_full_run=measured_all, machine=platform.processor() or platform.machine())

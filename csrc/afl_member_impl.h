@@ -201,6 +201,24 @@ static void AFL_F(grad_add)(const float *X, int64_t ldx, int64_t D, int64_t Dp,
     }
 }
 
+/* Over n columns of class-major doubles e (C rows of stride ld): e -= mx, e = exp(e), and
+ * s = the sum over the classes (the softmax's denominators). */
+static inline void AFL_F(exp_and_sum)(double *e, int C, int64_t n, int64_t ld, const double *mx,
+                                      double *s)
+{
+    for (int c = 0; c < C; c++) {
+        AFL_IVDEP
+        for (int64_t i = 0; i < n; i++) e[c * ld + i] -= mx[i];  /* exact: both floats */
+    }
+    AFL_F(exp_nonpositive)(e, C * ld);
+    AFL_IVDEP
+    for (int64_t i = 0; i < n; i++) s[i] = e[i];
+    for (int c = 1; c < C; c++) {
+        AFL_IVDEP
+        for (int64_t i = 0; i < n; i++) s[i] += e[c * ld + i];
+    }
+}
+
 /* Cross-entropy over q rows: returns sum_i -log p_{y_i} and writes
  * R[i * C + c] = scale * (p_ic - [c == y_i]) (float32).  Vectorised over the rows: logits are
  * moved into class-major doubles (rows padded to whole vectors with zeros), so the max, the
@@ -221,18 +239,8 @@ static double AFL_F(ce_rows)(int64_t q, int C, const float *Z, const int32_t *yl
         AFL_IVDEP
         for (int64_t i = 0; i < qp; i++) mx[i] = e[c * qp + i] > mx[i] ? e[c * qp + i] : mx[i];
     }
-    for (int c = 0; c < C; c++) {
-        AFL_IVDEP
-        for (int64_t i = 0; i < qp; i++) e[c * qp + i] -= mx[i];  /* exact: both floats */
-    }
-    for (int64_t i = 0; i < q; i++) gap[i] = -e[yl[i] * qp + i];  /* max - label logit */
-    AFL_F(exp_nonpositive)(e, C * qp);
-    AFL_IVDEP
-    for (int64_t i = 0; i < qp; i++) s[i] = e[i];
-    for (int c = 1; c < C; c++) {
-        AFL_IVDEP
-        for (int64_t i = 0; i < qp; i++) s[i] += e[c * qp + i];
-    }
+    for (int64_t i = 0; i < q; i++) gap[i] = mx[i] - e[yl[i] * qp + i];  /* max - label logit */
+    AFL_F(exp_and_sum)(e, C, qp, qp, mx, s);
     AFL_IVDEP
     for (int64_t i = 0; i < qp; i++) sc[i] = scale / s[i];
     for (int c = 0; c < C; c++) {
@@ -318,17 +326,7 @@ static void AFL_F(predict_rows)(int64_t i0, int64_t i1, int64_t B, int C, const 
                 am[j] = gt ? c : am[j];
             }
         }
-        for (int c = 0; c < C; c++) {
-            AFL_IVDEP
-            for (int64_t j = 0; j < bp; j++) e[c * bp + j] -= mx[j];
-        }
-        AFL_F(exp_nonpositive)(e, C * bp);
-        AFL_IVDEP
-        for (int64_t j = 0; j < bp; j++) inv[j] = e[j];
-        for (int c = 1; c < C; c++) {
-            AFL_IVDEP
-            for (int64_t j = 0; j < bp; j++) inv[j] += e[c * bp + j];
-        }
+        AFL_F(exp_and_sum)(e, C, bp, bp, mx, inv);
         AFL_IVDEP
         for (int64_t j = 0; j < bp; j++) inv[j] = 1.0 / inv[j];
         int32_t n_seen = 0, n_correct = 0;
