@@ -68,6 +68,19 @@ def skewed_problem(rng, n, d, n_classes, *, weights=None, signal=1.0, offset=2.0
 
 
 @pytest.fixture
+def child_process():
+    """``subprocess`` keyword arguments (``env``, ``cwd``) for a Python child that imports the
+    same aflite_fast as the tests: the installed package in CI (``pip install .``, source tree
+    unbuilt), the source tree after an in-place build.  The child gets this process's import
+    path and starts in the tests folder, never in the repository root, whose unbuilt package
+    ``python -c`` would otherwise import first."""
+    import sys
+
+    return dict(env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
+                cwd=os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture
 def make_problem():
     """The :func:`skewed_problem` helper, as a fixture (a plain ``from conftest import`` could
     pick up the repository root's conftest.py instead)."""

@@ -29,7 +29,6 @@ from aflite_fast.cli import main
 N = 1200
 RUN = dict(target_size=600, n_partitions=8, train_size=0.5, slice_size=100, tau=0.6, progress=False,
            n_jobs=1, random_state=3)
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture
@@ -207,7 +206,8 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-def test_cli_killed_after_phase_two_resumes_to_the_same_outputs(tmp_path, seed, make_problem, output_files):
+def test_cli_killed_after_phase_two_resumes_to_the_same_outputs(tmp_path, seed, make_problem, output_files,
+                                                                child_process):
     X, y = make_problem(np.random.default_rng([seed, 132]), 2000, 12, 3, signal=0.7)
     np.save(tmp_path / "emb.npy", X)
     np.save(tmp_path / "labels.npy", y)
@@ -216,9 +216,8 @@ def test_cli_killed_after_phase_two_resumes_to_the_same_outputs(tmp_path, seed, 
             "--seed", "2", "--threads", "1", "--quiet"]
     assert main(["filter", *args, "--out", str(tmp_path / "full")]) == 0
     ckpt = tmp_path / "run.npz"
-    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
     child = subprocess.Popen([sys.executable, "-c", _CHILD, "filter", *args, "--out", str(tmp_path / "resumed"),
-                              "--checkpoint", str(ckpt)], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                              "--checkpoint", str(ckpt)], **child_process, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
     try:
         assert child.stdout.readline().strip() == "saved phase 2", child.stderr.read()

@@ -102,20 +102,17 @@ HEAVY = ("numpy", "numba", "scipy", "sklearn", "tqdm", "threadpoolctl", "aflite_
 @pytest.mark.parametrize("argv", [["--version"], ["--help"], ["filter", "--help"], ["demo", "--help"],
                                   ["synthetic", "--help"], ["noise-robust", "--help"],
                                   ["report", "--help"]])
-def test_help_and_version_import_nothing_heavy(argv):
+def test_help_and_version_import_nothing_heavy(argv, child_process):
     """``aflite-fast --version``/``--help`` (and each subcommand's help) start without the
     kernel, NumPy or Numba: a fresh interpreter's sys.modules after the call says so."""
     import subprocess
     import sys
-    from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
     code = ("import sys\nfrom aflite_fast.cli import main\ntry:\n    main(sys.argv[1:])\n"
             "except SystemExit:\n    pass\n"
             f"heavy = [m for m in sys.modules if m in {HEAVY!r} or m.split('.')[0] in {HEAVY!r}]\n"
             "print('HEAVY', heavy)\n")
-    proc = subprocess.run([sys.executable, "-c", code, *argv], cwd=root, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(root)})
+    proc = subprocess.run([sys.executable, "-c", code, *argv], **child_process, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[-1] == "HEAVY []"
     assert "aflite-fast" in proc.stdout

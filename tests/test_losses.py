@@ -19,7 +19,6 @@ h. The noise-robust experiment: noise matrices, label corruption, a small run an
 import dataclasses
 import argparse
 import math
-import os
 
 import numpy as np
 import pytest

@@ -238,7 +238,7 @@ print("ok")
 
 
 @pytest.mark.parametrize("isa", ["avx2", "generic"])
-def test_other_instruction_sets(isa, tmp_path):
+def test_other_instruction_sets(isa, tmp_path, child_process):
     """The AVX2 and baseline builds of the row passes (picked with AFLITE_FAST_ISA) against the
     same float64 reference, bitwise across threads, through training and prediction."""
     import os
@@ -247,13 +247,10 @@ def test_other_instruction_sets(isa, tmp_path):
 
     if isa == "avx2" and _kernel.gemm_isa() == "generic":
         pytest.skip("this machine has no AVX2")
-    env = dict(os.environ, AFLITE_FAST_ISA=isa)
+    env = dict(child_process["env"], AFLITE_FAST_ISA=isa)
     here = os.path.dirname(os.path.abspath(__file__))
-    # the parent's import path: the installed package, or the source tree when built in place
-    # (conftest.py decides which)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     script = tmp_path / "isa.py"
     script.write_text(_ISA_SCRIPT)
-    out = subprocess.run([sys.executable, str(script), here, isa], env=env, capture_output=True, text=True,
-                         timeout=300)
+    out = subprocess.run([sys.executable, str(script), here, isa], env=env, cwd=child_process["cwd"],
+                         capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]

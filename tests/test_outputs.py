@@ -24,7 +24,6 @@ from aflite_fast import _atomic
 from aflite_fast._atomic import STATE_DIR, OutputSet
 from aflite_fast.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
 ARGS = ["--target-size", "150", "--partitions", "4", "--train-size", "100", "--slice-size", "50",
         "--quiet"]
 
@@ -193,21 +192,20 @@ _KILLER = textwrap.dedent("""
 """)
 
 
-def test_sigkill_at_any_step_leaves_a_whole_set(tmp_path, output_files):
+def test_sigkill_at_any_step_leaves_a_whole_set(tmp_path, output_files, child_process):
     """Kill the writer at its k-th file-system call, for every k: a reader sees the old set or
     the new one, whole; the next run removes what the killed one left."""
     names = ("a.txt", "b.txt", "c.txt", "d.txt")
     old_view = {"a.txt": b"old a", "b.txt": b"old b", "c.txt": b"old c", "d.txt": None}
     new_view = {"a.txt": b"new a", "b.txt": b"new b", "c.txt": None, "d.txt": b"new d"}
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     seen = []
     for kill_at in range(0, 200):
         out = tmp_path / f"k{kill_at}"
         with OutputSet(out, ["a.txt", "b.txt", "c.txt"]) as first:
             for name in ("a", "b", "c"):
                 first.save_text(f"{name}.txt", f"old {name}")
-        proc = subprocess.run([sys.executable, "-c", _KILLER, str(out), str(kill_at)], env=env,
-                              cwd=ROOT, capture_output=True, text=True)
+        proc = subprocess.run([sys.executable, "-c", _KILLER, str(out), str(kill_at)], **child_process,
+                              capture_output=True, text=True)
         view = _read_set(out, names)
         if proc.returncode == 0:  # kill_at was past the last call: the commit completed
             assert view == new_view
@@ -290,10 +288,9 @@ _SLOW_RUN = textwrap.dedent("""
 """)
 
 
-def _start_slow_run(inputs, out):
+def _start_slow_run(inputs, out, child_process):
     proc = subprocess.Popen([sys.executable, "-c", _SLOW_RUN, "filter", *inputs, "--out", str(out), *ARGS],
-                            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            **child_process, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     line = proc.stdout.readline()  # blocks until the run holds --out (or dies)
     if line.strip() != "started":
         proc.kill()
@@ -307,11 +304,11 @@ def _staged_sets(out):
     return [p for p in os.listdir(state) if p.startswith("set-") and p != current]
 
 
-def test_second_run_refuses_and_sigterm_cleans_up(inputs, tmp_path, capsys, output_files):
+def test_second_run_refuses_and_sigterm_cleans_up(inputs, tmp_path, capsys, output_files, child_process):
     out = tmp_path / "out"
     assert _filter(inputs, out) == 0
     old = _read_set(out)
-    proc = _start_slow_run(inputs, out)
+    proc = _start_slow_run(inputs, out, child_process)
     try:
         assert _staged_sets(out)  # the slow run is staging its set
         assert _filter(inputs, out, "--seed", "9") == 2
@@ -328,10 +325,10 @@ def test_second_run_refuses_and_sigterm_cleans_up(inputs, tmp_path, capsys, outp
     assert output_files(out) == ["keep.npy", "report.json", "scores.npy"]
 
 
-def test_sigkilled_run_leaves_staging_the_next_run_removes(inputs, tmp_path, output_files):
+def test_sigkilled_run_leaves_staging_the_next_run_removes(inputs, tmp_path, output_files, child_process):
     out = tmp_path / "out"
     assert _filter(inputs, out) == 0
-    proc = _start_slow_run(inputs, out)
+    proc = _start_slow_run(inputs, out, child_process)
     proc.kill()
     proc.communicate(timeout=60)
     assert proc.returncode == -signal.SIGKILL
