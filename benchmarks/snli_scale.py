@@ -19,7 +19,6 @@ of the phases: the tau rule may end the run earlier).
 """
 import argparse
 import json
-import os
 import platform
 import sys
 import time
