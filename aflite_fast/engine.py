@@ -373,6 +373,7 @@ def score_phase(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="
                 f"max_memory={(budget + overhead) / 1e9:.3g} GB is too small for the solver's "
                 f"preconditioner ({need / 1e9:.3g} GB on top of {overhead / 1e9:.3g} GB of per-row "
                 "arrays); raise max_memory")
+
         def read_sample(rows):
             nonlocal read_seconds
             r0 = time.perf_counter()
