@@ -12,7 +12,7 @@
  *     evaluated in the log domain so that it stays finite and consistent with its gradient.
  *  D. A user loss is a C function pointer (e.g. a numba.cfunc, see aflite_fast/user_loss.py)
  *     with the signature of afl_user_weight_fn: it returns L(p_y) and writes w(p_y).
- *  E. Arithmetic is in double; logits arrive in float32 from the GEMM.  Log-probabilities
+ *  E. Arithmetic is in double; logits arrive in float32 from the member pass.  Log-probabilities
  *     come from the log-sum-exp of the logits, never from log(p) of an underflowed p, so
  *     CE and SCE have no clipping that would make the value disagree with the gradient.
  */
@@ -32,20 +32,6 @@ enum {
 
 /* double loss(double p_y, const double *params, double *w_out) */
 typedef double (*afl_user_weight_fn)(double, const double *, double *);
-
-/* Stable softmax of z[0:C] into p (double); returns the arg max (lowest index on ties). */
-static inline int afl_softmax(int C, const float *z, double *p)
-{
-    int best = 0;
-    double zmax = z[0];
-    for (int c = 1; c < C; c++)
-        if (z[c] > zmax) { zmax = z[c]; best = c; }
-    double s = 0.0;
-    for (int c = 0; c < C; c++) { p[c] = exp((double)z[c] - zmax); s += p[c]; }
-    double inv = 1.0 / s;
-    for (int c = 0; c < C; c++) p[c] *= inv;
-    return best;
-}
 
 /* Softmax of z into p; returns log-sum-exp(z) (so log p_c = z_c - lse exactly). */
 static inline double afl_softmax_lse(int C, const float *z, double *p)

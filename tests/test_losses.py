@@ -152,7 +152,8 @@ def test_loss_value_at_unequal_logits():
 
 @pytest.mark.parametrize("n_classes", [3, 60])
 def test_ce_fast_path_equals_generic_path(seed, n_classes):
-    """CE has its own row pass (csrc/afl_rowpass.h: polynomial exp, one log per row block);
+    """CE has its own row pass (csrc/afl_member_impl.h: vectorised over a model's rows,
+    polynomial exp, one log per several rows);
     SCE with alpha=1, beta=0 is the same loss through the generic libm path.  Objectives at
     random points (max_iter=0) and the models after a few L-BFGS steps must agree, with large
     logits and, at 60 classes with near-uniform models, products of softmax denominators
