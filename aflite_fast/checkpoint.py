@@ -5,7 +5,7 @@ a. Format: one ``.npz`` file, no pickle: the state's arrays (``active``, ``remov
    uint8 bytes: format name and version, the run's parameters, fingerprints of the data, the
    next phase, the stop reason when the last phase ended the run, and the history (each
    phase's ``PhaseRecord.as_dict()``, whatever fields it has).
-b. Atomic (:func:`aflite_fast._atomic.write_file_atomically`): the file is written under a
+b. Atomic (:func:`aflite_fast.io.atomic.write_file_atomically`): the file is written under a
    unique hidden name in the checkpoint's directory, fsynced, renamed over the previous one
    (``os.replace``) and the directory fsynced, so a process killed at any moment leaves the
    previous or the new checkpoint, never a broken one (the next save deletes the temporary
@@ -26,7 +26,7 @@ from typing import List, Optional
 
 import numpy as np
 
-from ._atomic import write_file_atomically
+from .io.atomic import write_file_atomically
 
 FORMAT = "aflite_fast-checkpoint"
 VERSION = 1

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse
 
-from ._arrayfile import open_array_file
+from .io.arrayfile import open_array_file
 from ._rows import first_nonfinite_row, first_row_beyond
 
 #: Largest magnitude the float32 kernel can hold; float64 values beyond it would become inf.
@@ -41,7 +41,7 @@ def open_embeddings(X):
     X : array-like, numpy.memmap, or str / os.PathLike to a ``.npy``/``.npz`` file
         A path is opened read-only and memory-mapped, so a file larger than memory is never
         loaded whole; ``FILE.npz:KEY`` picks one array of an archive (see
-        :func:`aflite_fast._arrayfile.open_array_file`).  Any byte order and integer dtypes
+        :func:`aflite_fast.io.arrayfile.open_array_file`).  Any byte order and integer dtypes
         are accepted (see :func:`check_dtype`).
 
     Raises

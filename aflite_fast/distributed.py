@@ -29,7 +29,7 @@ import numpy as np
 
 from . import engine, kernel
 from ._memory import parse_memory
-from ._arrayfile import open_array_file
+from .io.arrayfile import open_array_file
 from ._rows import membership_matrix
 from .data import SCAN_CHUNK_BYTES, check_dtype, gather_rows, scan_block
 from .losses import resolve_loss

@@ -10,7 +10,7 @@ b. The figure is a row of panels, one function each, listed in :data:`PANELS`; a
    adding a function to the list.
 c. matplotlib is the optional extra ``aflite_fast[plots]``: imported only to draw, and its
    absence is an ImportError that names the extra.
-d. report.png belongs to the output set of DIR (:class:`aflite_fast._atomic.OutputSet`):
+d. report.png belongs to the output set of DIR (:class:`aflite_fast.io.atomic.OutputSet`):
    ``filter --plot`` writes it with the other files; :func:`write_report_png` adds it to the
    committed set, drawn from that set's report.json, under DIR's lock, and switches the set
    in whole, so DIR's files always come from one run (a later ``filter`` without ``--plot``
@@ -21,7 +21,7 @@ import os
 
 import numpy as np
 
-from ._atomic import OutputSet
+from .io.atomic import OutputSet
 
 REPORT_JSON = "report.json"
 REPORT_PNG = "report.png"

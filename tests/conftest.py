@@ -107,11 +107,11 @@ def readonly_memmap(tmp_path):
 def output_files():
     """Factory: ``output_files(dir)`` -> sorted names a command wrote into ``dir``.
 
-    Also checks the output-set bookkeeping (``aflite_fast._atomic``): the hidden state folder
+    Also checks the output-set bookkeeping (``aflite_fast.io.atomic``): the hidden state folder
     holds only the lock, the ``current`` link and the one set it points to (no staging left),
     and every name is a link to that set.
     """
-    from aflite_fast._atomic import STATE_DIR
+    from aflite_fast.io.atomic import STATE_DIR
 
     def _list(path):
         path = os.fspath(path)

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from aflite_fast import aflite, checkpoint, engine
-from aflite_fast._atomic import STATE_DIR
+from aflite_fast.io.atomic import STATE_DIR
 from aflite_fast.cli import main
 
 N = 1200
@@ -230,7 +230,7 @@ def test_cli_killed_after_phase_two_resumes_to_the_same_outputs(tmp_path, seed, 
         child.stdout.close()
         child.stderr.close()
     full, resumed = tmp_path / "full", tmp_path / "resumed"
-    # the killed run staged its set inside --out (aflite_fast._atomic.OutputSet) and committed nothing
+    # the killed run staged its set inside --out (aflite_fast.io.atomic.OutputSet) and committed nothing
     assert os.listdir(resumed) == [STATE_DIR] and "current" not in os.listdir(resumed / STATE_DIR)
     assert checkpoint.Checkpoint(ckpt)._header["phase"] == 2
     # a restart with another tau is refused: the checkpoint is not touched and --out gets no

@@ -15,7 +15,7 @@ import itertools
 import numpy as np
 import pytest
 
-from aflite_fast._labelfile import read_labels_file
+from aflite_fast.io.labelfile import read_labels_file
 from aflite_fast.cli import main
 
 N = 200

@@ -1,4 +1,4 @@
-"""Output directories (aflite_fast._atomic.OutputSet and the commands that use it).
+"""Output directories (aflite_fast.io.atomic.OutputSet and the commands that use it).
 
 a. --out on another device than the temp folder and its own parent (a tmpfs mount point).
 b. An unwritable --out fails before the first phase.
@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from aflite_fast import _atomic
-from aflite_fast._atomic import STATE_DIR, OutputSet
+from aflite_fast.io import atomic as _atomic
+from aflite_fast.io.atomic import STATE_DIR, OutputSet
 from aflite_fast.cli import main
 
 ARGS = ["--target-size", "150", "--partitions", "4", "--train-size", "100", "--slice-size", "50",
@@ -164,7 +164,7 @@ def test_failure_between_the_writes_keeps_the_old_set(inputs, tmp_path, monkeypa
 
 _KILLER = textwrap.dedent("""
     import os, signal, sys
-    from aflite_fast._atomic import OutputSet
+    from aflite_fast.io.atomic import OutputSet
 
     path, kill_at = sys.argv[1], int(sys.argv[2])
     calls = [0]

@@ -94,7 +94,7 @@ def test_plot_and_report_command_draw_a_png(files, capsys, output_files):
 
 
 def test_report_refuses_while_a_run_holds_dir(files, capsys, output_files):
-    from aflite_fast._atomic import OutputSet
+    from aflite_fast.io.atomic import OutputSet
 
     tmp, _ = files
     out, _ = _run(tmp)

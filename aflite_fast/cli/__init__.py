@@ -17,7 +17,7 @@ Exit codes: 0 success; 2 bad input or a refusal of the system (a command line ar
 refuses, ValueError, MemoryError, a missing optional dependency, OSError such as a full disk:
 one line on stderr); 130 Ctrl-C and
 143 SIGTERM, after the run removed what it had staged (outputs are written through
-:class:`aflite_fast._atomic.OutputSet`, never half-way).
+:class:`aflite_fast.io.atomic.OutputSet`, never half-way).
 """
 import importlib
 import signal

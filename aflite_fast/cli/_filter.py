@@ -9,7 +9,7 @@ from .._mode_names import NULL_MODES, REMOVE_MODES, STOP_RULES
 from .._version import __version__
 from ._args import HelpFormatter, cap_threads, memory_size, positive_int
 
-#: Files the command writes into --out, switched in together (aflite_fast._atomic).
+#: Files the command writes into --out, switched in together (aflite_fast.io.atomic).
 OUTPUT_NAMES = ("keep.npy", "scores.npy", "report.json")
 #: Added to the set by --plot.
 PLOT_NAME = "report.png"
@@ -133,7 +133,7 @@ def add_parser(subparsers):
 
 def _read_groups(args):
     """Group ids of --groups FILE, read as LABELS files are; errors name the flag."""
-    from .._labelfile import read_labels_file
+    from ..io.labelfile import read_labels_file
 
     try:
         return read_labels_file(args.groups, column=args.groups_column, header=args.groups_header, kind="groups")
@@ -161,9 +161,9 @@ def _loss_params(args, n_classes):
 
 def run(args):
     from ..algorithm import aflite
-    from .._labelfile import read_labels_file
+    from ..io.labelfile import read_labels_file
     from ..data import open_embeddings
-    from .._atomic import OutputSet
+    from ..io.atomic import OutputSet
     from .._solver_status import ConvergenceWarning, total_status
 
     prog = "aflite-fast filter"

@@ -23,7 +23,7 @@ L_q before they start pruning); every other loss starts from zeros.
 
 :func:`run_noise_robust` computes (no files); :func:`run_noise_robust_experiment` writes
 ``table.csv``, ``table.md`` and ``figure.png`` into a directory as one set, switched in
-together once all are complete (:class:`aflite_fast._atomic.OutputSet`).
+together once all are complete (:class:`aflite_fast.io.atomic.OutputSet`).
 """
 import csv
 import gzip
@@ -37,7 +37,7 @@ from .. import kernel
 from .._threads import effective_n_threads
 from ..engine import kernel_C
 from ..losses import needs_warmup, resolve_loss
-from .._atomic import OutputSet
+from ..io.atomic import OutputSet
 from ._names import DATASETS, FASHION_MNIST_DIR
 
 __all__ = ["DEFAULT_LOSSES", "DEFAULT_SETTINGS", "FASHION_MNIST_DIR", "noise_matrix",

@@ -15,7 +15,7 @@ above the linear model.
 
 :func:`run_synthetic_levels` computes (no files); :func:`run_synthetic_experiment` also
 writes ``table.csv``, ``table.md`` and ``figure.png`` into a directory as one set: staged
-and switched in together (:class:`aflite_fast._atomic.OutputSet`), so no half-written or
+and switched in together (:class:`aflite_fast.io.atomic.OutputSet`), so no half-written or
 mixed output is ever left behind.
 """
 
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..synthetic import make_biased_circles, separation_levels
-from .._atomic import OutputSet
+from ..io.atomic import OutputSet
 
 __all__ = ["SyntheticLevelResult", "run_synthetic_levels", "run_synthetic_experiment"]
 
@@ -338,7 +338,7 @@ def plot_figure(results, path, *, dpi=90):
     results : list of SyntheticLevelResult
         Output of :func:`run_synthetic_levels`.
     path : str or path-like
-        Where to save the PNG (written as given; the caller stages it, see :class:`aflite_fast._atomic.OutputSet`).
+        Where to save the PNG (written as given; the caller stages it, see :class:`aflite_fast.io.atomic.OutputSet`).
     dpi : int, default=90
         Resolution of the saved figure.
     """
@@ -385,7 +385,7 @@ def run_synthetic_experiment(out_dir, *, plot=True, **kwargs):
     ----------
     out_dir : str or path-like
         Output directory; created if missing. The files appear together once all are complete
-        (see :class:`aflite_fast._atomic.OutputSet`).
+        (see :class:`aflite_fast.io.atomic.OutputSet`).
     plot : bool, default=True
         Also write ``figure.png`` (needs matplotlib, the ``plots`` extra).
     **kwargs
@@ -407,7 +407,7 @@ def run_synthetic_experiment(out_dir, *, plot=True, **kwargs):
         _require_matplotlib()
     names = ["table.csv", "table.md"] + (["figure.png"] if plot else [])
     # Entered before the work: an unusable out_dir fails in a second, not after minutes of
-    # filtering; the files appear together, or not at all (aflite_fast._atomic).
+    # filtering; the files appear together, or not at all (aflite_fast.io.atomic).
     with OutputSet(out_dir, names) as out:
         results = run_synthetic_levels(**kwargs)
         rows = [r.row for r in results]

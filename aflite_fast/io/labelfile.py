@@ -32,7 +32,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._arrayfile import looks_like_array_file, open_array_file
+from .arrayfile import looks_like_array_file, open_array_file
 
 _NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 _INTEGER = re.compile(r"[+-]?\d+")
