@@ -24,10 +24,15 @@ static inline int64_t afl_member_pad(int64_t n) { return (n + 15) / 16 * 16; }
 
 /* Per-thread scratch of one evaluation. */
 typedef struct {
-    float *Z, *R, *zb;
+    float *Z, *R, *zb;     /* logits and logit gradients of every model's rows of a row block */
     int32_t *yl;
+    int64_t *off;          /* model a's rows of the row block start at row off[a] of Z and R */
     double *work;
 } afl_member_scratch;
+
+/* Floats of a feature slice of the member pass (rounded to whole vectors): a row block's
+ * slice (512 rows x 1 KB) stays in a core's L2 cache while every model reads it. */
+#define AFL_MEMBER_SLICE 256
 
 #define AFL_SFX _generic
 #define AFL_VL 4
@@ -63,8 +68,8 @@ typedef struct {
 
 /* The row passes of one instruction set. */
 typedef struct {
-    void (*model_block)(const afl_member_set *, int64_t, int64_t, const float *, double, double *,
-                        afl_member_scratch *);
+    void (*row_block)(const afl_member_set *, int64_t, int64_t, const int64_t *, const float *,
+                      const double *, double *, int64_t, afl_member_scratch *);
     void (*predict_rows)(int64_t, int64_t, int64_t, int, const float *, int64_t, const int32_t *,
                          const uint8_t *, int32_t *, int32_t *, double *, double *, double *,
                          int32_t *);
@@ -75,19 +80,19 @@ static afl_rows_impl afl_rows_pick(void)
 {
     const char *isa = afl_gemm_isa();
 #ifdef AFL_X86_CLONES
-    if (strcmp(isa, "avx512") == 0) return (afl_rows_impl){model_block_avx512, predict_rows_avx512};
-    if (strcmp(isa, "avx2") == 0) return (afl_rows_impl){model_block_avx2, predict_rows_avx2};
+    if (strcmp(isa, "avx512") == 0) return (afl_rows_impl){row_block_avx512, predict_rows_avx512};
+    if (strcmp(isa, "avx2") == 0) return (afl_rows_impl){row_block_avx2, predict_rows_avx2};
 #else
     (void)isa;
 #endif
-    return (afl_rows_impl){model_block_generic, predict_rows_generic};
+    return (afl_rows_impl){row_block_generic, predict_rows_generic};
 }
 
 static afl_rows_impl afl_rows = {NULL, NULL};  /* picked once (afl_member_init) */
 
 void afl_member_init(void)
 {
-    if (!afl_rows.model_block) afl_rows = afl_rows_pick();
+    if (!afl_rows.row_block) afl_rows = afl_rows_pick();
 }
 
 void afl_member_index(int64_t n, int64_t B, const uint8_t *member, int64_t nrb,
@@ -142,8 +147,8 @@ int afl_member_eval(const afl_member_set *s, int64_t nA, const int64_t *active,
     memset(grad, 0, (size_t)(nA * P) * sizeof(double));
     if (nA == 0 || s->nsb == 0 || qmax == 0) return 0;
     afl_member_init();
-    void (*const fn)(const afl_member_set *, int64_t, int64_t, const float *, double, double *,
-                     afl_member_scratch *) = afl_rows.model_block;
+    void (*const fn)(const afl_member_set *, int64_t, int64_t, const int64_t *, const float *,
+                     const double *, double *, int64_t, afl_member_scratch *) = afl_rows.row_block;
     if (n_threads < 1) n_threads = 1;
     if (n_threads > s->nsb) n_threads = (int)s->nsb;
     const int64_t qp = afl_member_pad(qmax);
@@ -154,12 +159,13 @@ int afl_member_eval(const afl_member_set *s, int64_t nA, const int64_t *active,
     {
         afl_member_scratch w;
         double *part = (double *)malloc((size_t)(nA * stride) * sizeof(double));
-        w.Z = (float *)malloc((size_t)(qmax * C) * sizeof(float));
-        w.R = (float *)malloc((size_t)(qmax * C) * sizeof(float));
+        w.Z = (float *)malloc((size_t)(nA * qmax * C) * sizeof(float));
+        w.R = (float *)malloc((size_t)(nA * qmax * C) * sizeof(float));
         w.zb = (float *)malloc((size_t)C * sizeof(float));
         w.yl = (int32_t *)malloc((size_t)qmax * sizeof(int32_t));
+        w.off = (int64_t *)malloc((size_t)(nA + 1) * sizeof(int64_t));
         w.work = (double *)malloc((size_t)((C + 4) * qp) * sizeof(double));
-        int ok = part && w.Z && w.R && w.zb && w.yl && w.work;
+        int ok = part && w.Z && w.R && w.zb && w.yl && w.off && w.work;
         if (!ok) {
 #ifdef _OPENMP
 #pragma omp atomic write
@@ -174,11 +180,10 @@ int afl_member_eval(const afl_member_set *s, int64_t nA, const int64_t *active,
         for (int64_t sb = 0; sb < s->nsb; sb++) {
             if (ok) {
                 memset(part, 0, (size_t)(nA * stride) * sizeof(double));
-                /* model by model through the super-block: the model's weights and sums stay
-                 * in cache while its rows stream in (a super-block's rows fit in L3) */
-                for (int64_t a = 0; a < nA; a++)
-                    for (int64_t rb = s->sb[sb]; rb < s->sb[sb + 1]; rb++)
-                        fn(s, rb, active[a], W + a * P, scale[a], part + a * stride, &w);
+                /* row block by row block, every model over each (its feature slices stay in
+                 * the core's L2 cache while the models read them) */
+                for (int64_t rb = s->sb[sb]; rb < s->sb[sb + 1]; rb++)
+                    fn(s, rb, nA, active, W, scale, part, stride, &w);
             }
 #ifdef _OPENMP
 #pragma omp ordered
@@ -198,6 +203,7 @@ int afl_member_eval(const afl_member_set *s, int64_t nA, const int64_t *active,
         free(w.R);
         free(w.zb);
         free(w.yl);
+        free(w.off);
         free(w.work);
     }
     return failed ? -1 : 0;

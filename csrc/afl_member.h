@@ -7,20 +7,29 @@
  *     the arithmetic needed when t is a small share of the active rows (t/N = 0.1 with 64
  *     partitions: the union is all rows, so 10x), which is how AFLite runs at scale.
  *  B. Rows come in row blocks fixed by the caller (positions in the active set // 512) and
- *     super-blocks of row blocks (about 4 MB of rows, also fixed by positions).  A thread
- *     takes a super-block and walks it model by model, so each model's weights and sums stay
- *     in cache while its rows stream in (prefetched a group of four rows ahead: a model's
- *     rows are scattered, one in ten at t/N = 0.1), and the super-block stays in the shared
- *     last-level cache for the next model.
- *  C. Per (model, row block): logits of the member rows (dot products vectorised along the
- *     features, four rows at a time so each weight vector load serves four rows), the
- *     per-row loss and logit gradient (cross-entropy vectorised over the rows; other losses
- *     through afl_row_loss), and the gradient X_rows^T R (vectorised along the features,
- *     a sequential FMA chain over the rows in order, from zero), added in double.
+ *     super-blocks of row blocks (about 4 MB of rows, also fixed by positions); a thread
+ *     takes a super-block.  Within it, row block by row block, every model is evaluated
+ *     over its member rows of the block, one feature slice (about 256 floats, fixed by D)
+ *     at a time: the first model that needs a slice of a row brings it from memory, every
+ *     other model (a row trains m t/N of them: 6 at t/N = 0.1, 32 at 0.5) reads it from
+ *     the core's L2 cache (512 rows x 1 KB).  Walking the super-block model by model
+ *     instead streamed every model's rows from the shared L3 and did not scale with threads.
+ *  C. Per row block: logits of every model's member rows, slice by slice (dot products
+ *     vectorised along the features, four rows at a time so each weight vector load serves
+ *     four rows and each row vector load, kept in a register, three or four classes; the
+ *     slice's lanes reduced and added to the row's logits in slice order); then per model
+ *     the per-row loss and logit gradient (cross-entropy vectorised over the rows; other
+ *     losses through afl_row_loss); then the gradient X_rows^T R slice by slice (vectorised
+ *     along the features, a sequential FMA chain over the rows in order, from zero),
+ *     added in double.
+ *     This is the one kernel of the member pass: a chunk of rows with its member lists
+ *     (afl_member_set) is evaluated by afl_member_eval, whose sums a caller holding
+ *     several chunks adds in a fixed chunk order.
  *  D. Determinism: a row's logits are computed by the same instructions wherever the row
  *     sits (groups of four are padded with copies of the last row, whose results are
- *     dropped); a model's gradient and loss over a row block are sums over its member rows
- *     in row order, added in double in row-block order within a super-block (a fixed range
+ *     dropped; its slices depend on D alone); a model's gradient and loss over a row block
+ *     are sums over its member rows in row order, added in double in row-block order
+ *     within a super-block (a fixed range
  *     of row blocks, given by the caller from positions alone), and super-block sums are
  *     added in super-block order (an OpenMP ordered section).  So no bit depends on the
  *     thread count, on which other models are evaluated, or on which other rows the block

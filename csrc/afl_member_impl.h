@@ -5,6 +5,14 @@
 #define AFL_CAT(a, b) AFL_CAT_(a, b)
 #define AFL_F(name) AFL_CAT(name, AFL_SFX)
 
+#ifndef AFL_PIN
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(_M_X64))
+#define AFL_PIN(v) __asm__("" : "+v"(v))
+#else
+#define AFL_PIN(v) ((void)0)
+#endif
+#endif
+
 typedef float AFL_F(mvf_t) __attribute__((vector_size(AFL_VL * 4), aligned(4)));
 
 #include "afl_exp_impl.h"
@@ -64,30 +72,38 @@ AFL_F(reduce4)(AFL_F(mvf_t) a, AFL_F(mvf_t) b, AFL_F(mvf_t) c, AFL_F(mvf_t) d, f
     __builtin_memcpy(out, &r, sizeof r);
 }
 
-/* res[c][r] = x[r] . w[c] for four rows and cg <= 4 classes (w: cg class rows of stride Dp,
- * zero beyond D): a vector accumulator per (row, class) over the features in order, the
- * last partial vector of x read masked, its lanes summed by reduce4. */
+/* res[c][r] = x[r] . w[c] over the feature vectors v0 <= v < v1 for four rows and cg <= 4
+ * classes (w: cg class rows of stride Dp, zero beyond D): a vector accumulator per (row,
+ * class) over the features in order, the last vector of the rows read masked when it holds
+ * only `rem` < VL features, the lanes summed by reduce4. */
 static inline __attribute__((always_inline)) void
 AFL_F(dot4)(const float *const x[4], const float *const xn[4], const float *restrict w,
-            int64_t D, int64_t Dp, int cg, float res[4][4])
+            int64_t v0, int64_t v1, int rem, int64_t Dp, int cg, float res[4][4])
 {
-    const int64_t nv = D / AFL_VL;
-    const int rem = (int)(D - nv * AFL_VL);
+    const int64_t nv = rem ? v1 - 1 : v1;
     const AFL_F(mvf_t) zero = {0};
     AFL_F(mvf_t) acc[4][4];
 #pragma GCC unroll 4
     for (int c = 0; c < cg; c++)
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) acc[c][r] = zero;
-    for (int64_t v = 0; v < nv; v++) {
+    for (int64_t v = v0; v < nv; v++) {
         AFL_F(mvf_t) xv[4];
         /* the next group's rows, a line at a time: a model's rows are scattered (at t/N = 0.1
          * one row in ten), so the hardware prefetchers see a new stream at every row */
+#ifndef AFL_NO_PF
         if ((v * AFL_VL) % 16 == 0)
 #pragma GCC unroll 4
             for (int r = 0; r < 4; r++) __builtin_prefetch(xn[r] + v * AFL_VL, 0, 3);
+#endif
+        /* each row's vector loaded once into a register (the empty asm keeps the compiler
+         * from folding a reload into every FMA: one load per FMA would bound the loop by
+         * the load ports, not by the FMAs) */
 #pragma GCC unroll 4
-        for (int r = 0; r < 4; r++) xv[r] = *(const AFL_F(mvf_t) *)(x[r] + v * AFL_VL);
+        for (int r = 0; r < 4; r++) {
+            xv[r] = *(const AFL_F(mvf_t) *)(x[r] + v * AFL_VL);
+            AFL_PIN(xv[r]);
+        }
 #pragma GCC unroll 4
         for (int c = 0; c < cg; c++) {
             AFL_F(mvf_t) wv = *(const AFL_F(mvf_t) *)(w + c * Dp + v * AFL_VL);
@@ -110,11 +126,13 @@ AFL_F(dot4)(const float *const x[4], const float *const xn[4], const float *rest
     for (int c = 0; c < cg; c++) AFL_F(reduce4)(acc[c][0], acc[c][1], acc[c][2], acc[c][3], res[c]);
 }
 
-/* Z[i * C + c] = logits of the q member rows X[rows[i]] (stride ldx) for the class-major
- * weights W (C x Dp).  Rows go four at a time; the last group is padded with the last row,
- * so every row's logits come from the same instructions. */
-static void AFL_F(logits)(const float *X, int64_t ldx, int64_t D, int64_t Dp,
-                          const int32_t *rows, int64_t q, const float *W, int C, float *Z)
+/* Logits of the q member rows X[rows[i]] (stride ldx) for the class-major weights W (C x Dp),
+ * over the feature vectors of one slice [v0, v1): Z[i * C + c] = the slice's dot product
+ * (first slice) or Z + it (later slices).  Rows go four at a time; the last group is padded
+ * with the last row, so every row's logits come from the same instructions. */
+static void AFL_F(logits)(const float *X, int64_t ldx, int64_t Dp, const int32_t *rows,
+                          int64_t q, const float *W, int C, int64_t v0, int64_t v1, int rem,
+                          int first, float *Z)
 {
     float res[4][4];
     for (int64_t i0 = 0; i0 < q; i0 += 4) {
@@ -129,15 +147,44 @@ static void AFL_F(logits)(const float *X, int64_t ldx, int64_t D, int64_t Dp,
             const float *w = W + (int64_t)c0 * Dp;
             /* constant class counts, so each call site keeps its accumulators in registers */
             switch (cg) {
-            case 1: AFL_F(dot4)(x, xn, w, D, Dp, 1, res); break;
-            case 2: AFL_F(dot4)(x, xn, w, D, Dp, 2, res); break;
-            case 3: AFL_F(dot4)(x, xn, w, D, Dp, 3, res); break;
-            default: AFL_F(dot4)(x, xn, w, D, Dp, 4, res); break;
+            case 1: AFL_F(dot4)(x, xn, w, v0, v1, rem, Dp, 1, res); break;
+            case 2: AFL_F(dot4)(x, xn, w, v0, v1, rem, Dp, 2, res); break;
+            case 3: AFL_F(dot4)(x, xn, w, v0, v1, rem, Dp, 3, res); break;
+            default: AFL_F(dot4)(x, xn, w, v0, v1, rem, Dp, 4, res); break;
             }
-            for (int r = 0; r < nr; r++)
-                for (int c = 0; c < cg; c++) Z[(i0 + r) * C + c0 + c] = res[c][r];
+            float *z = Z + i0 * C + c0;
+            if (first)
+                for (int r = 0; r < nr; r++)
+                    for (int c = 0; c < cg; c++) z[r * C + c] = res[c][r];
+            else
+                for (int r = 0; r < nr; r++)
+                    for (int c = 0; c < cg; c++) z[r * C + c] += res[c][r];
         }
     }
+}
+
+/* gd[0..VL) += a, converted to double (two half vectors). */
+static inline __attribute__((always_inline)) void AFL_F(add_double)(double *gd, AFL_F(mvf_t) a)
+{
+#if AFL_VL == 16
+    typedef float hf __attribute__((vector_size(32)));
+    typedef double hd __attribute__((vector_size(64), aligned(8)));
+    hf lo = __builtin_shufflevector(a, a, 0, 1, 2, 3, 4, 5, 6, 7);
+    hf hi = __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15);
+#elif AFL_VL == 8
+    typedef float hf __attribute__((vector_size(16)));
+    typedef double hd __attribute__((vector_size(32), aligned(8)));
+    hf lo = __builtin_shufflevector(a, a, 0, 1, 2, 3);
+    hf hi = __builtin_shufflevector(a, a, 4, 5, 6, 7);
+#else
+    typedef float hf __attribute__((vector_size(8)));
+    typedef double hd __attribute__((vector_size(16), aligned(8)));
+    hf lo = __builtin_shufflevector(a, a, 0, 1);
+    hf hi = __builtin_shufflevector(a, a, 2, 3);
+#endif
+    hd *g = (hd *)gd;
+    g[0] += __builtin_convertvector(lo, hd);
+    g[1] += __builtin_convertvector(hi, hd);
 }
 
 /* G[c][v0 * VL ...] += sum over the q rows, in order, of R[i][c] x_i for nvg vectors of
@@ -164,39 +211,37 @@ AFL_F(grad_tile)(const float *X, int64_t ldx, const int32_t *rows, int64_t q, co
             for (int g = 0; g < nvg; g++) acc[c][g] += xv[g] * rc;
         }
     }
-    float t[AFL_VL] __attribute__((aligned(64)));
 #pragma GCC unroll 4
     for (int c = 0; c < cg; c++)
 #pragma GCC unroll 8
-        for (int g = 0; g < nvg; g++) {
-            *(AFL_F(mvf_t) *)t = acc[c][g];
-            double *gd = G + (int64_t)c * Dp + (v0 + g) * AFL_VL;
-            for (int l = 0; l < AFL_VL; l++) gd[l] += (double)t[l];
-        }
+        for (int g = 0; g < nvg; g++)
+            AFL_F(add_double)(G + (int64_t)c * Dp + (v0 + g) * AFL_VL, acc[c][g]);
 }
 
-/* G (C x Dp, double) += X_rows^T R over the q member rows (columns from D on get zeros). */
-static void AFL_F(grad_add)(const float *X, int64_t ldx, int64_t D, int64_t Dp,
-                            const int32_t *rows, int64_t q, const float *R, int C, double *G)
+/* G (C x Dp, double) += X_rows^T R over the q member rows, for the feature vectors of one
+ * slice [v0, v1) (the last one holding `rem` features when rem > 0; columns from D on get
+ * zeros). */
+static void AFL_F(grad_add)(const float *X, int64_t ldx, int64_t Dp, const int32_t *rows,
+                            int64_t q, const float *R, int C, int64_t v0, int64_t v1, int rem,
+                            double *G)
 {
-    const int64_t nv = D / AFL_VL;
-    const int rem = (int)(D - nv * AFL_VL);
+    const int64_t nv = rem ? v1 - 1 : v1;
     for (int c0 = 0; c0 < C; c0 += 4) {
         int cg = C - c0 < 4 ? C - c0 : 4;
         const float *Rc = R + c0;
         double *Gc = G + (int64_t)c0 * Dp;
-        int64_t v0 = 0;
-        for (; v0 + AFL_KG <= nv; v0 += AFL_KG) {
+        int64_t v = v0;
+        for (; v + AFL_KG <= nv; v += AFL_KG) {
             switch (cg) {
-            case 1: AFL_F(grad_tile)(X, ldx, rows, q, Rc, C, 1, v0, AFL_KG, 0, Dp, Gc); break;
-            case 2: AFL_F(grad_tile)(X, ldx, rows, q, Rc, C, 2, v0, AFL_KG, 0, Dp, Gc); break;
-            case 3: AFL_F(grad_tile)(X, ldx, rows, q, Rc, C, 3, v0, AFL_KG, 0, Dp, Gc); break;
-            default: AFL_F(grad_tile)(X, ldx, rows, q, Rc, C, 4, v0, AFL_KG, 0, Dp, Gc); break;
+            case 1: AFL_F(grad_tile)(X, ldx, rows, q, Rc, C, 1, v, AFL_KG, 0, Dp, Gc); break;
+            case 2: AFL_F(grad_tile)(X, ldx, rows, q, Rc, C, 2, v, AFL_KG, 0, Dp, Gc); break;
+            case 3: AFL_F(grad_tile)(X, ldx, rows, q, Rc, C, 3, v, AFL_KG, 0, Dp, Gc); break;
+            default: AFL_F(grad_tile)(X, ldx, rows, q, Rc, C, 4, v, AFL_KG, 0, Dp, Gc); break;
             }
         }
         /* the remaining whole vectors, then the last partial one */
-        for (; v0 < nv; v0++)
-            AFL_F(grad_tile)(X, ldx, rows, q, Rc, C, cg, v0, 1, 0, Dp, Gc);
+        for (; v < nv; v++)
+            AFL_F(grad_tile)(X, ldx, rows, q, Rc, C, cg, v, 1, 0, Dp, Gc);
         if (rem) AFL_F(grad_tile)(X, ldx, rows, q, Rc, C, cg, nv, 1, rem, Dp, Gc);
     }
 }
@@ -274,24 +319,71 @@ static double AFL_F(generic_rows)(const afl_member_set *s, int64_t q, const floa
     return loss;
 }
 
-/* One model over its member rows of one row block: part[0:C*Dp] += gradient (class-major),
- * part[C*Dp] += loss. */
-static void AFL_F(model_block)(const afl_member_set *s, int64_t rb, int64_t j, const float *W,
-                               double scale, double *part, afl_member_scratch *w)
+/* Feature slice k of ns over nvec vectors: [*v0, *v1), *rem features in its last vector when
+ * that is the row's last, partial vector (0 otherwise).  Slices are fixed by D alone. */
+static inline void AFL_F(slice)(int64_t D, int64_t nvec, int64_t ns, int64_t k, int64_t *v0,
+                                int64_t *v1, int *rem)
 {
-    const int64_t *mp = s->mptr + j * (s->nrb + 1);
-    const int64_t lo = mp[rb], q = mp[rb + 1] - lo;
-    if (q <= 0) return;
-    const int32_t *rows = s->mrows + lo;
+    *v0 = k * nvec / ns;
+    *v1 = (k + 1) * nvec / ns;
+    *rem = (*v1 == nvec) ? (int)(D - (nvec - 1) * AFL_VL) % AFL_VL : 0;
+}
+
+/* Every active model over its member rows of row block rb: part[a * stride + 0 : C * Dp] +=
+ * the gradient (class-major), part[a * stride + C * Dp] += the loss.  Features go in slices
+ * of about AFL_MEMBER_SLICE floats: the slice of the block's rows is read from memory by the
+ * first model that needs it and from the core's L2 cache by every other model, once for the
+ * logits and once for the gradient. */
+static void AFL_F(row_block)(const afl_member_set *s, int64_t rb, int64_t nA,
+                             const int64_t *active, const float *W, const double *scale,
+                             double *part, int64_t stride, afl_member_scratch *w)
+{
     const int C = s->C;
-    const int64_t D = s->D;
-    for (int64_t i = 0; i < q; i++) w->yl[i] = s->y[rows[i]];
-    AFL_F(logits)(s->X, s->ldx, D, s->Dp, rows, q, W, C, w->Z);
-    double loss = s->loss_code == AFL_LOSS_CE
-                      ? AFL_F(ce_rows)(q, C, w->Z, w->yl, scale, w->R, w->work)
-                      : AFL_F(generic_rows)(s, q, w->Z, w->yl, scale, w->R, w->zb, w->work);
-    AFL_F(grad_add)(s->X, s->ldx, D, s->Dp, rows, q, w->R, C, part);
-    part[(int64_t)C * s->Dp] += loss;
+    const int64_t D = s->D, Dp = s->Dp, P = (int64_t)C * Dp, L = s->nrb + 1;
+    int64_t Q = 0;
+    for (int64_t a = 0; a < nA; a++) {
+        const int64_t *mp = s->mptr + active[a] * L;
+        w->off[a] = Q;
+        Q += mp[rb + 1] - mp[rb];
+    }
+    w->off[nA] = Q;
+    if (Q == 0) return;
+    const int64_t nvec = (D + AFL_VL - 1) / AFL_VL;
+    const int64_t ns = (nvec * AFL_VL + AFL_MEMBER_SLICE - 1) / AFL_MEMBER_SLICE;
+    int64_t v0, v1;
+    int rem;
+    for (int64_t k = 0; k < ns; k++) {
+        AFL_F(slice)(D, nvec, ns, k, &v0, &v1, &rem);
+        for (int64_t a = 0; a < nA; a++) {
+            const int64_t q = w->off[a + 1] - w->off[a];
+            if (q <= 0) continue;
+            const int32_t *rows = s->mrows + s->mptr[active[a] * L + rb];
+            AFL_F(logits)(s->X, s->ldx, Dp, rows, q, W + a * P, C, v0, v1, rem, k == 0,
+                          w->Z + w->off[a] * C);
+        }
+    }
+    for (int64_t a = 0; a < nA; a++) {
+        const int64_t q = w->off[a + 1] - w->off[a];
+        if (q <= 0) continue;
+        const int32_t *rows = s->mrows + s->mptr[active[a] * L + rb];
+        for (int64_t i = 0; i < q; i++) w->yl[i] = s->y[rows[i]];
+        const float *Z = w->Z + w->off[a] * C;
+        float *R = w->R + w->off[a] * C;
+        part[a * stride + P] += s->loss_code == AFL_LOSS_CE
+            ? AFL_F(ce_rows)(q, C, Z, w->yl, scale[a], R, w->work)
+            : AFL_F(generic_rows)(s, q, Z, w->yl, scale[a], R, w->zb, w->work);
+    }
+    /* the last slice first: it is the one still in cache from the logits */
+    for (int64_t k = ns - 1; k >= 0; k--) {
+        AFL_F(slice)(D, nvec, ns, k, &v0, &v1, &rem);
+        for (int64_t a = 0; a < nA; a++) {
+            const int64_t q = w->off[a + 1] - w->off[a];
+            if (q <= 0) continue;
+            const int32_t *rows = s->mrows + s->mptr[active[a] * L + rb];
+            AFL_F(grad_add)(s->X, s->ldx, Dp, rows, q, w->R + w->off[a] * C, C, v0, v1, rem,
+                            part + a * stride);
+        }
+    }
 }
 
 /* Prediction of rows i0 <= i < i1 from their logits Z (row i at Z + (i - i0) * ldz; class c of

@@ -1,0 +1,81 @@
+"""GFLOP/s of the training kernel's member pass in isolation (one evaluation of objective and
+gradient of m models, each over its own t rows), against the deterministic GEMM's rate.
+
+Useful flops per pass: m x 2 products of t x (d+1) x C (logits and gradient), as in the
+floor of ``compare_scale.py``.  Rows are gathered as the engine gathers them (aligned padded
+stride), models are random weights, partitions drawn as the engine draws them.
+
+    PYTHONPATH=. python benchmarks/member_rate.py [--n 50000] [--d 768] [--classes 3] [--m 64]
+        [--shares 0.1 0.5] [--threads 1 2] [--repeat 5]
+"""
+import argparse
+import time
+
+import numpy as np
+
+from aflite_fast import _kernel, engine, kernel
+from aflite_fast._rows import membership_matrix
+
+
+def member_inputs(n, d, C, m, share, seed=0):
+    rng = np.random.default_rng(seed)
+    X = kernel.augment_rows(rng.standard_normal((n, d), dtype=np.float32))
+    y = rng.integers(0, C, n).astype(np.int32)
+    t = int(round(share * n))
+    train_pos = engine.partition_train_positions(seed, 0, n, t, m)
+    member = membership_matrix(train_pos, n, np.empty((n, m), dtype=np.uint8))
+    positions = np.arange(n, dtype=np.int64)
+    rb = kernel.row_blocks_from_positions(positions)
+    sb = kernel.super_blocks(positions, rb, d + 1)
+    mptr = np.empty((m, rb.size), dtype=np.int64)
+    mrows = np.empty(int(member.sum()), dtype=np.int32)
+    _kernel.member_index(member, rb, mptr, mrows)
+    Dp = _kernel.member_width(d + 1)
+    W = np.zeros((m, C, Dp), dtype=np.float32)
+    W[:, :, :d + 1] = 0.01 * rng.standard_normal((m, C, d + 1), dtype=np.float32)
+    return X, y, mptr, mrows, rb, sb, W, t
+
+
+def member_seconds(inputs, C, threads, repeat):
+    X, y, mptr, mrows, rb, sb, W, t = inputs
+    m, Dp = W.shape[0], W.shape[2]
+    loss = np.zeros(m)
+    grad = np.zeros((m, C, Dp))
+    scale = np.full(m, 1.0 / t)
+    params = np.zeros(0)
+    _kernel.member_eval(X, y, mptr, mrows, rb, sb, W, scale, 0, params, loss, grad, 1, threads)
+    t0 = time.perf_counter()
+    _kernel.member_eval(X, y, mptr, mrows, rb, sb, W, scale, 0, params, loss, grad, repeat, threads)
+    return (time.perf_counter() - t0) / repeat
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--n", type=int, default=50000)
+    p.add_argument("--d", type=int, default=768)
+    p.add_argument("--classes", type=int, default=3)
+    p.add_argument("--m", type=int, default=64)
+    p.add_argument("--shares", type=float, nargs="+", default=[0.1, 0.5])
+    p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--repeat", type=int, default=5)
+    a = p.parse_args(argv)
+    D, C = a.d + 1, a.classes
+    rng = np.random.default_rng(1)
+    A = rng.standard_normal((20000, D), dtype=np.float32)
+    B = rng.standard_normal((D, a.m * C), dtype=np.float32)
+    Z = np.empty((20000, a.m * C), np.float32)
+    for share in a.shares:
+        inputs = member_inputs(a.n, a.d, C, a.m, share)
+        flops = a.m * 2 * 2 * inputs[-1] * D * C
+        for th in a.threads:
+            s = member_seconds(inputs, C, th, a.repeat)
+            g0 = time.perf_counter()
+            _kernel.sgemm(False, A, B, Z, kernel.block_bounds(D, kernel.COL_BLOCK), False, th)
+            g = 2.0 * 20000 * D * a.m * C / (time.perf_counter() - g0) / 1e9
+            print(f"n={a.n} d={a.d} C={C} m={a.m} t/N={share} threads={th}: {s * 1e3:.1f} ms per pass, "
+                  f"{flops / s / 1e9:.1f} GF/s ({flops / s / 1e9 / th:.1f} per thread); GEMM {g:.0f} GF/s",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()
