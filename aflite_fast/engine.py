@@ -253,20 +253,77 @@ class Workspace:
 
     Each phase gathers (nearly) every active row into float32; the active set only shrinks,
     so the first phase's buffer serves all the later ones and the system does not have to
-    map and zero gigabytes again every phase (measured: 0.25-6 s for 2.3 GB).  It changes
-    memory reuse, never results.
+    map and zero gigabytes again every phase (measured: 0.25-6 s for 2.3 GB).  The buffer
+    also remembers which rows of which X (and centre) it holds: a later phase whose rows are
+    a subset of them (every phase after the first, and every null pass, of an AFLite run)
+    moves them to the front in place instead of reading X again (:meth:`gather`), the same
+    float32 values a fresh gather would write.  It changes memory reuse and reads, never
+    results.
     """
 
     def __init__(self):
         self.buffer = None
+        self._held = None  # (X, center, rows, n_columns) of the rows in the buffer, if any
 
     def rows(self, n_rows, n_columns):
-        """An (n_rows, n_columns) row array in the workspace's buffer (grown if too small)."""
+        """An (n_rows, n_columns) row array in the workspace's buffer (grown if too small);
+        whatever the buffer held is forgotten."""
+        self._held = None
         need = kernel.row_buffer_size(n_rows, n_columns)
         if self.buffer is None or self.buffer.size < need:
             self.buffer = None  # let the old one go before the new one is allocated
             self.buffer = kernel.row_buffer(n_rows, n_columns)
         return kernel.empty_rows(n_rows, n_columns, self.buffer)
+
+    def gather(self, X, rows, center, chunk_bytes=None):
+        """``gather_rows(X, rows, center, ...)`` into the workspace's buffer.
+
+        When the buffer holds rows of the same X and centre of which ``rows`` (sorted) is a
+        subset, they are moved down in place (:func:`compact_rows`); otherwise X is read.
+        """
+        rows = np.asarray(rows, dtype=np.int64)
+        D = X.shape[1] + 1
+        kept = self._subset_of_held(X, rows, center, D)
+        if kept is None:
+            out = self.rows(rows.size, D)
+            gather_rows(X, rows, center, out, chunk_bytes)
+        else:
+            compact_rows(kernel.padded_rows(self.buffer, self._held[2].size, D), kept)
+            out = kernel.empty_rows(rows.size, D, self.buffer)  # the same first rows
+        self._held = (X, np.array(center, copy=True), rows.copy(), D)
+        return out
+
+    def _subset_of_held(self, X, rows, center, D):
+        """Positions of ``rows`` among the held rows, or None if they are not all held."""
+        if self._held is None:
+            return None
+        hX, hcenter, hrows, hD = self._held
+        if hX is not X or hD != D or not np.array_equal(hcenter, center) or rows.size > hrows.size:
+            return None
+        pos = np.searchsorted(hrows, rows)
+        if pos.size and (pos[-1] >= hrows.size or not np.array_equal(hrows[np.minimum(pos, hrows.size - 1)], rows)):
+            return None
+        return pos
+
+
+def compact_rows(full, keep):
+    """Move row ``keep[i]`` of ``full`` to row i for every i, in place.
+
+    ``keep`` is increasing, so ``keep[i] >= i``: rows are moved in increasing order and a
+    row is never overwritten before it has been moved.  Runs of consecutive rows move as one
+    slice (an AFLite phase removes scattered rows, so runs are long).
+    """
+    keep = np.asarray(keep, dtype=np.int64)
+    if keep.size == 0:
+        return full
+    breaks = np.flatnonzero(np.diff(keep) != 1) + 1
+    starts = np.concatenate(([0], breaks))
+    ends = np.concatenate((breaks, [keep.size]))
+    for a, b in zip(starts.tolist(), ends.tolist()):
+        src = int(keep[a])
+        if src != a:
+            full[a:b] = full[src:src + (b - a)]  # overlapping slices: NumPy copies as if via a temporary
+    return full
 
 
 def phase_preconditioner(read_rows, active, n_features, n_classes, kernel_C, train_size, n_threads,
@@ -405,10 +462,10 @@ def score_phase(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="
             bm = member[np.ix_(union, block)]
         rows = active[union]
         r0 = time.perf_counter()
-        out = (workspace.rows(union.size, D) if workspace is not None and len(blocks) == 1
-               else kernel.empty_rows(union.size, D))
-        Xa = gather_rows(X, rows, center, out, gather_bytes)
-        del out
+        if workspace is not None and len(blocks) == 1:
+            Xa = workspace.gather(X, rows, center, gather_bytes)
+        else:
+            Xa = gather_rows(X, rows, center, kernel.empty_rows(union.size, D), gather_bytes)
         read_seconds += time.perf_counter() - r0
         coef_b = np.ascontiguousarray(coef[block])
         coef_b, info = kernel.train_models(

@@ -195,13 +195,20 @@ def empty_rows(n_rows, n_columns, buffer=None):
     :func:`row_buffer`) is used when it is large enough, so successive calls need not
     allocate (and the system need not zero) gigabytes again.
     """
-    stride = _kernel.member_width(n_columns)
     need = row_buffer_size(n_rows, n_columns)
     buf = buffer if buffer is not None and buffer.size >= need else np.empty(need, dtype=np.float32)
-    offset = (-buf.ctypes.data % 64) // 4
-    full = buf[offset:offset + n_rows * stride].reshape(n_rows, stride)
+    full = padded_rows(buf, n_rows, n_columns)
     full[:, n_columns:] = 0.0
     return full[:, :n_columns]
+
+
+def padded_rows(buffer, n_rows, n_columns):
+    """The (n_rows, member_width(n_columns)) view of ``buffer`` (from :func:`row_buffer`)
+    whose first ``n_columns`` columns :func:`empty_rows` returns: the same rows, padding
+    included, at the same addresses."""
+    stride = _kernel.member_width(n_columns)
+    offset = (-buffer.ctypes.data % 64) // 4
+    return buffer[offset:offset + n_rows * stride].reshape(n_rows, stride)
 
 
 def row_buffer_size(n_rows, n_columns):

@@ -5,12 +5,16 @@ a. The pass's loss and gradient of every model over its own rows equal a float64
    t/N = 0.1 and 0.5, for widths that are and are not whole vectors, more classes than one
    register group holds, and rows packed back to back or padded to aligned strides.
 b. Bitwise: the same with 1 and 2 threads, whichever other models are evaluated with a
-   model and in which order, and whatever the rows' stride.
+   model and in which order, and whatever the rows' stride; also for rows wide enough to be
+   evaluated in several feature slices.
 c. The preconditioner is the same from a whole sample or from chunks of it, with any thread
    count; trained with it, models reach the optimum without it in far fewer iterations.
 d. One AFLite phase at t/N = 0.1 and 0.5 gives bitwise the same scores with 1 and 2
    threads, from a read-only memmap, and under a budget that splits the partitions into
-   several blocks.
+   several blocks, for narrow rows and rows of several feature slices.
+e. The workspace: rows of a shrinking active set compacted in place across phases are
+   bitwise the rows a fresh gather writes (and X is not read again), and phases scored from
+   them equal phases scored from fresh gathers.
 """
 import numpy as np
 import pytest
@@ -99,6 +103,21 @@ def test_member_pass_matches_numpy(seed, make_problem, share, d, n_classes, loss
 
 
 @pytest.mark.parametrize("share", [0.1, 0.5])
+def test_member_pass_wide_rows_in_slices(seed, make_problem, share):
+    """Rows of 601 columns are evaluated in several feature slices: the same sums as the
+    float64 reference, bitwise across threads, model company and row stride."""
+    Xa, y, member, W = _problem(make_problem, seed, 1100, 600, 4, share, B=5)
+    loss1, grad1 = _eval(Xa, y, member, W, n_threads=1)
+    ref_loss, ref_grad = _reference(Xa, y, member, W)
+    np.testing.assert_allclose(loss1, ref_loss, rtol=1e-6)
+    assert np.abs(grad1 - ref_grad).max() <= 1e-5 * np.abs(ref_grad).max()
+    loss2, grad2 = _eval(np.ascontiguousarray(Xa), y, member, W, n_threads=2)
+    assert np.array_equal(loss1, loss2) and np.array_equal(grad1, grad2)
+    lj, gj = _eval(Xa, y, np.ascontiguousarray(member[:, [3]]), W[[3]], n_threads=2)
+    assert lj[0] == loss1[3] and np.array_equal(gj[0], grad1[3])
+
+
+@pytest.mark.parametrize("share", [0.1, 0.5])
 def test_member_pass_bitwise_independent_of_threads_and_company(seed, make_problem, share):
     Xa, y, member, W = _problem(make_problem, seed, 2600, 31, 3, share, B=7)
     loss1, grad1 = _eval(Xa, y, member, W, n_threads=1)
@@ -153,12 +172,12 @@ def test_preconditioned_solver_reaches_the_same_optimum_in_fewer_steps(seed, mak
     np.testing.assert_allclose(pre, plain, atol=2e-3 * np.abs(plain).max())
 
 
-@pytest.mark.parametrize("share,small", [(0.1, "700KB"), (0.5, "1.2MB")])
+@pytest.mark.parametrize("share,small,n,d", [(0.1, "700KB", 4000, 48), (0.5, "1.2MB", 4000, 48),
+                                             (0.5, "3MB", 1500, 300)])
 def test_phase_bitwise_across_threads_memmap_and_blocks(seed, make_problem, readonly_memmap, monkeypatch,
-                                                        share, small):
+                                                        share, small, n, d):
     rng = np.random.default_rng([seed, 7])
-    n = 4000
-    X, y = make_problem(rng, n, 48, 3, signal=0.5)
+    X, y = make_problem(rng, n, d, 3, signal=0.5)
     blocks = []
     real = engine.score_phase
 
@@ -204,6 +223,45 @@ def test_workspace_reuse_changes_nothing(seed, make_problem):
     assert ws.buffer is first  # the second, smaller phase reused the first one's buffer
 
 
+def test_workspace_compacts_rows_in_place_as_a_fresh_gather(seed, make_problem):
+    """Each phase's active rows are a subset of the previous phase's: the workspace moves them
+    down in its buffer instead of reading X, and the rows (padding included) and the phase's
+    scores are bitwise those of a fresh gather."""
+    from aflite_fast.data import gather_rows, scan_rows
+    rng = np.random.default_rng([seed, 9])
+    n = 2500
+    X, y = make_problem(rng, n, 45, 3, signal=0.5)
+    center = scan_rows(X).astype(np.float32)
+    codes = y.astype(np.int32)
+    ws = engine.Workspace()
+    active = np.arange(n, dtype=np.int64)
+    for phase in range(4):
+        if phase:
+            # a slice removed, scattered, with some long runs kept (as a phase removes rows)
+            active = np.sort(rng.choice(active, active.size - active.size // 5, replace=False))
+        tp = engine.partition_train_positions(seed, phase, active.size, active.size // 2, 6)
+        fresh = engine.score_phase(X, codes, active, center, tp, n_classes=3)
+        reused = engine.score_phase(X, codes, active, center, tp, n_classes=3, workspace=ws)
+        assert np.array_equal(fresh.coef, reused.coef) and np.array_equal(fresh.n_iter, reused.n_iter)
+        assert np.array_equal(fresh.scores, reused.scores, equal_nan=True)
+        assert np.array_equal(fresh.prob_label, reused.prob_label)
+    # the compaction itself: bitwise a fresh gather, padding zero, X not read again
+    first = ws.gather(X, active, center)
+    assert np.array_equal(first, gather_rows(X, active, center, kernel.empty_rows(active.size, 46)))
+    keep = np.sort(rng.choice(active, active.size // 2, replace=False))
+    expected = gather_rows(X, keep, center, kernel.empty_rows(keep.size, 46))
+    X_changed = X  # the workspace holds rows of this very array, so it must not read it again:
+    X_changed[keep] += 1.0  # rows changed after the gather keep their gathered values
+    got = ws.gather(X_changed, keep, center)
+    assert np.array_equal(got, expected)
+    assert not kernel.padded_rows(ws.buffer, keep.size, 46)[:, 46:].any()
+    # another centre, or rows not all held, are read from X
+    assert np.array_equal(ws.gather(X_changed, keep, center + 1), gather_rows(
+        X_changed, keep, center + 1, kernel.empty_rows(keep.size, 46)))
+    assert np.array_equal(ws.gather(X_changed, active, center + 1), gather_rows(
+        X_changed, active, center + 1, kernel.empty_rows(active.size, 46)))
+
+
 _ISA_SCRIPT = r"""
 import sys
 import numpy as np
@@ -212,19 +270,20 @@ sys.path.insert(0, sys.argv[1])
 import test_member_pass as t
 assert _kernel.gemm_isa() == sys.argv[2], _kernel.gemm_isa()
 rng = np.random.default_rng(3)
-n, d, C, B = 900, 37, 5, 4
-X = (rng.standard_normal((n, d)) * (1 + np.arange(d)) ** -0.5 + 2).astype(np.float32)
-y = rng.integers(0, C, n).astype(np.int32)
-Xa = kernel.augment_rows(X, X.mean(axis=0).astype(np.float32))
-member = (rng.random((n, B)) < 0.3).astype(np.uint8)
-W = 0.3 * rng.standard_normal((B, d + 1, C))
-for loss in ("ce", "gce"):
-    got_l, got_g = t._eval(Xa, y, member, W, loss=loss)
-    two_l, two_g = t._eval(Xa, y, member, W, loss=loss, n_threads=2)
-    assert np.array_equal(got_l, two_l) and np.array_equal(got_g, two_g)
-    ref_l, ref_g = t._reference(Xa, y, member, W, loss=loss)
-    np.testing.assert_allclose(got_l, ref_l, rtol=1e-6)
-    assert np.abs(got_g - ref_g).max() <= 1e-5 * np.abs(ref_g).max()
+n, C, B = 900, 5, 4
+for d, losses in ((300, ("ce",)), (37, ("ce", "gce"))):  # several feature slices, then one
+    X = (rng.standard_normal((n, d)) * (1 + np.arange(d)) ** -0.5 + 2).astype(np.float32)
+    y = rng.integers(0, C, n).astype(np.int32)
+    Xa = kernel.augment_rows(X, X.mean(axis=0).astype(np.float32))
+    member = (rng.random((n, B)) < 0.3).astype(np.uint8)
+    W = 0.3 * rng.standard_normal((B, d + 1, C))
+    for loss in losses:
+        got_l, got_g = t._eval(Xa, y, member, W, loss=loss)
+        two_l, two_g = t._eval(Xa, y, member, W, loss=loss, n_threads=2)
+        assert np.array_equal(got_l, two_l) and np.array_equal(got_g, two_g)
+        ref_l, ref_g = t._reference(Xa, y, member, W, loss=loss)
+        np.testing.assert_allclose(got_l, ref_l, rtol=1e-6)
+        assert np.abs(got_g - ref_g).max() <= 1e-5 * np.abs(ref_g).max()
 coef, info = kernel.train_models(Xa, y, member, C, precond="auto")
 assert (info["status"] == 0).all() and info["n_iter"].min() > 0
 coef2, _ = kernel.train_models(Xa, y, member, C, precond="auto", n_threads=2)
