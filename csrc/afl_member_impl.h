@@ -329,6 +329,20 @@ static inline void AFL_F(slice)(int64_t D, int64_t nvec, int64_t ns, int64_t k, 
     *rem = (*v1 == nvec) ? (int)(D - (nvec - 1) * AFL_VL) % AFL_VL : 0;
 }
 
+/* Ask for features [v0 * VL, v1 * VL) of rows r0 <= i < r1 to be brought into L2, a line at
+ * a time.  Slices of a block's rows are requested a piece per model while the previous slice
+ * is in use, so they arrive as streams instead of one scattered row at a time. */
+static inline void AFL_F(prefetch_slice)(const afl_member_set *s, int64_t r0, int64_t r1,
+                                         int64_t v0, int64_t v1)
+{
+    const int64_t f1 = v1 * AFL_VL < s->D ? v1 * AFL_VL : s->D;
+    const int64_t bytes = (f1 - v0 * AFL_VL) * 4;
+    for (int64_t i = r0; i < r1; i++) {
+        const char *p = (const char *)(s->X + i * s->ldx + v0 * AFL_VL);
+        for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, 2);
+    }
+}
+
 /* Every active model over its member rows of row block rb: part[a * stride + 0 : C * Dp] +=
  * the gradient (class-major), part[a * stride + C * Dp] += the loss.  Features go in slices
  * of about AFL_MEMBER_SLICE floats: the slice of the block's rows is read from memory by the
@@ -352,9 +366,15 @@ static void AFL_F(row_block)(const afl_member_set *s, int64_t rb, int64_t nA,
     const int64_t ns = (nvec * AFL_VL + AFL_MEMBER_SLICE - 1) / AFL_MEMBER_SLICE;
     int64_t v0, v1;
     int rem;
+    const int64_t r0 = s->row_blocks[rb], nr = s->row_blocks[rb + 1] - r0;
+    int64_t p0, p1;
+    int prem;
     for (int64_t k = 0; k < ns; k++) {
         AFL_F(slice)(D, nvec, ns, k, &v0, &v1, &rem);
+        if (k + 1 < ns) AFL_F(slice)(D, nvec, ns, k + 1, &p0, &p1, &prem);
         for (int64_t a = 0; a < nA; a++) {
+            if (k + 1 < ns)
+                AFL_F(prefetch_slice)(s, r0 + a * nr / nA, r0 + (a + 1) * nr / nA, p0, p1);
             const int64_t q = w->off[a + 1] - w->off[a];
             if (q <= 0) continue;
             const int32_t *rows = s->mrows + s->mptr[active[a] * L + rb];
@@ -374,9 +394,18 @@ static void AFL_F(row_block)(const afl_member_set *s, int64_t rb, int64_t nA,
             : AFL_F(generic_rows)(s, q, Z, w->yl, scale[a], R, w->zb, w->work);
     }
     /* the last slice first: it is the one still in cache from the logits */
+    const int64_t n0 = s->row_blocks[rb + 1];
+    const int64_t nn = rb + 1 < s->nrb ? s->row_blocks[rb + 2] - n0 : 0;
     for (int64_t k = ns - 1; k >= 0; k--) {
         AFL_F(slice)(D, nvec, ns, k, &v0, &v1, &rem);
+        /* while this slice is in use: the next one, or the next row block's first */
+        if (k > 0) AFL_F(slice)(D, nvec, ns, k - 1, &p0, &p1, &prem);
+        else AFL_F(slice)(D, nvec, ns, 0, &p0, &p1, &prem);
         for (int64_t a = 0; a < nA; a++) {
+            if (k > 0)
+                AFL_F(prefetch_slice)(s, r0 + a * nr / nA, r0 + (a + 1) * nr / nA, p0, p1);
+            else
+                AFL_F(prefetch_slice)(s, n0 + a * nn / nA, n0 + (a + 1) * nn / nA, p0, p1);
             const int64_t q = w->off[a + 1] - w->off[a];
             if (q <= 0) continue;
             const int32_t *rows = s->mrows + s->mptr[active[a] * L + rb];
