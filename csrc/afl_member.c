@@ -24,9 +24,11 @@ static inline int64_t afl_member_pad(int64_t n) { return (n + 15) / 16 * 16; }
 
 /* Per-thread scratch of one evaluation. */
 typedef struct {
-    float *Z, *R, *zb;     /* logits and logit gradients of every model's rows of a row block */
+    float *Z;              /* logits of every model's rows of a row block */
+    float *R;              /* logit gradients of every model's rows of a super-block */
+    float *zb;
     int32_t *yl;
-    int64_t *off;          /* model a's rows of the row block start at row off[a] of Z and R */
+    int64_t *off;          /* where each (row block, model) starts in R (see super_block) */
     double *work;
 } afl_member_scratch;
 
@@ -68,8 +70,8 @@ typedef struct {
 
 /* The row passes of one instruction set. */
 typedef struct {
-    void (*row_block)(const afl_member_set *, int64_t, int64_t, const int64_t *, const float *,
-                      const double *, double *, int64_t, afl_member_scratch *);
+    void (*super_block)(const afl_member_set *, int64_t, int64_t, const int64_t *, const float *,
+                        const double *, double *, int64_t, afl_member_scratch *);
     void (*predict_rows)(int64_t, int64_t, int64_t, int, const float *, int64_t, const int32_t *,
                          const uint8_t *, int32_t *, int32_t *, double *, double *, double *,
                          int32_t *);
@@ -80,19 +82,19 @@ static afl_rows_impl afl_rows_pick(void)
 {
     const char *isa = afl_gemm_isa();
 #ifdef AFL_X86_CLONES
-    if (strcmp(isa, "avx512") == 0) return (afl_rows_impl){row_block_avx512, predict_rows_avx512};
-    if (strcmp(isa, "avx2") == 0) return (afl_rows_impl){row_block_avx2, predict_rows_avx2};
+    if (strcmp(isa, "avx512") == 0) return (afl_rows_impl){super_block_avx512, predict_rows_avx512};
+    if (strcmp(isa, "avx2") == 0) return (afl_rows_impl){super_block_avx2, predict_rows_avx2};
 #else
     (void)isa;
 #endif
-    return (afl_rows_impl){row_block_generic, predict_rows_generic};
+    return (afl_rows_impl){super_block_generic, predict_rows_generic};
 }
 
 static afl_rows_impl afl_rows = {NULL, NULL};  /* picked once (afl_member_init) */
 
 void afl_member_init(void)
 {
-    if (!afl_rows.row_block) afl_rows = afl_rows_pick();
+    if (!afl_rows.super_block) afl_rows = afl_rows_pick();
 }
 
 void afl_member_index(int64_t n, int64_t B, const uint8_t *member, int64_t nrb,
@@ -148,7 +150,18 @@ int afl_member_eval(const afl_member_set *s, int64_t nA, const int64_t *active,
     if (nA == 0 || s->nsb == 0 || qmax == 0) return 0;
     afl_member_init();
     void (*const fn)(const afl_member_set *, int64_t, int64_t, const int64_t *, const float *,
-                     const double *, double *, int64_t, afl_member_scratch *) = afl_rows.row_block;
+                     const double *, double *, int64_t, afl_member_scratch *) = afl_rows.super_block;
+    /* the largest super-block: its row blocks and its member rows over the active models */
+    int64_t rbmax = 0, qsb = 0;
+    for (int64_t sb = 0; sb < s->nsb; sb++) {
+        if (s->sb[sb + 1] - s->sb[sb] > rbmax) rbmax = s->sb[sb + 1] - s->sb[sb];
+        int64_t q = 0;
+        for (int64_t a = 0; a < nA; a++) {
+            const int64_t *mp = s->mptr + active[a] * (s->nrb + 1);
+            q += mp[s->sb[sb + 1]] - mp[s->sb[sb]];
+        }
+        if (q > qsb) qsb = q;
+    }
     if (n_threads < 1) n_threads = 1;
     if (n_threads > s->nsb) n_threads = (int)s->nsb;
     const int64_t qp = afl_member_pad(qmax);
@@ -160,10 +173,10 @@ int afl_member_eval(const afl_member_set *s, int64_t nA, const int64_t *active,
         afl_member_scratch w;
         double *part = (double *)malloc((size_t)(nA * stride) * sizeof(double));
         w.Z = (float *)malloc((size_t)(nA * qmax * C) * sizeof(float));
-        w.R = (float *)malloc((size_t)(nA * qmax * C) * sizeof(float));
+        w.R = (float *)malloc((size_t)((qsb > 0 ? qsb : 1) * C) * sizeof(float));
         w.zb = (float *)malloc((size_t)C * sizeof(float));
         w.yl = (int32_t *)malloc((size_t)qmax * sizeof(int32_t));
-        w.off = (int64_t *)malloc((size_t)(nA + 1) * sizeof(int64_t));
+        w.off = (int64_t *)malloc((size_t)((nA + 1) * (rbmax > 0 ? rbmax : 1)) * sizeof(int64_t));
         w.work = (double *)malloc((size_t)((C + 4) * qp) * sizeof(double));
         int ok = part && w.Z && w.R && w.zb && w.yl && w.off && w.work;
         if (!ok) {
@@ -180,10 +193,7 @@ int afl_member_eval(const afl_member_set *s, int64_t nA, const int64_t *active,
         for (int64_t sb = 0; sb < s->nsb; sb++) {
             if (ok) {
                 memset(part, 0, (size_t)(nA * stride) * sizeof(double));
-                /* row block by row block, every model over each (its feature slices stay in
-                 * the core's L2 cache while the models read them) */
-                for (int64_t rb = s->sb[sb]; rb < s->sb[sb + 1]; rb++)
-                    fn(s, rb, nA, active, W, scale, part, stride, &w);
+                fn(s, sb, nA, active, W, scale, part, stride, &w);
             }
 #ifdef _OPENMP
 #pragma omp ordered

@@ -343,74 +343,87 @@ static inline void AFL_F(prefetch_slice)(const afl_member_set *s, int64_t r0, in
     }
 }
 
-/* Every active model over its member rows of row block rb: part[a * stride + 0 : C * Dp] +=
- * the gradient (class-major), part[a * stride + C * Dp] += the loss.  Features go in slices
- * of about AFL_MEMBER_SLICE floats: the slice of the block's rows is read from memory by the
- * first model that needs it and from the core's L2 cache by every other model, once for the
- * logits and once for the gradient. */
-static void AFL_F(row_block)(const afl_member_set *s, int64_t rb, int64_t nA,
-                             const int64_t *active, const float *W, const double *scale,
-                             double *part, int64_t stride, afl_member_scratch *w)
+/* Every active model over its member rows of the row blocks of super-block sb:
+ * part[a * stride + 0 : C * Dp] += the gradient (class-major), part[a * stride + C * Dp] +=
+ * the loss.  Features go in slices of about AFL_MEMBER_SLICE floats.  Row block by row
+ * block, the logits slice by slice (a slice of the block's rows is read from memory by the
+ * first model that needs it and from the core's L2 cache by every other model) and the loss
+ * and logit gradient R of each model; then slice by slice, row block by row block, each
+ * model's gradient, so the slice of every model's double sums stays in L2 while the
+ * super-block's row blocks are added to it (in row-block order).
+ * w->off[(rb - sb start) * (nA + 1) + a]: start of model a's rows of row block rb in R. */
+static void AFL_F(super_block)(const afl_member_set *s, int64_t sb, int64_t nA,
+                               const int64_t *active, const float *W, const double *scale,
+                               double *part, int64_t stride, afl_member_scratch *w)
 {
     const int C = s->C;
     const int64_t D = s->D, Dp = s->Dp, P = (int64_t)C * Dp, L = s->nrb + 1;
+    const int64_t rb0 = s->sb[sb], rb1 = s->sb[sb + 1], A1 = nA + 1;
     int64_t Q = 0;
-    for (int64_t a = 0; a < nA; a++) {
-        const int64_t *mp = s->mptr + active[a] * L;
-        w->off[a] = Q;
-        Q += mp[rb + 1] - mp[rb];
+    for (int64_t rb = rb0; rb < rb1; rb++) {
+        int64_t *off = w->off + (rb - rb0) * A1;
+        for (int64_t a = 0; a < nA; a++) {
+            const int64_t *mp = s->mptr + active[a] * L;
+            off[a] = Q;
+            Q += mp[rb + 1] - mp[rb];
+        }
+        off[nA] = Q;
     }
-    w->off[nA] = Q;
     if (Q == 0) return;
     const int64_t nvec = (D + AFL_VL - 1) / AFL_VL;
     const int64_t ns = (nvec * AFL_VL + AFL_MEMBER_SLICE - 1) / AFL_MEMBER_SLICE;
-    int64_t v0, v1;
-    int rem;
-    const int64_t r0 = s->row_blocks[rb], nr = s->row_blocks[rb + 1] - r0;
-    int64_t p0, p1;
-    int prem;
-    for (int64_t k = 0; k < ns; k++) {
-        AFL_F(slice)(D, nvec, ns, k, &v0, &v1, &rem);
-        if (k + 1 < ns) AFL_F(slice)(D, nvec, ns, k + 1, &p0, &p1, &prem);
+    int64_t v0, v1, p0, p1;
+    int rem, prem;
+    for (int64_t rb = rb0; rb < rb1; rb++) {
+        const int64_t *off = w->off + (rb - rb0) * A1;
+        if (off[nA] == off[0]) continue;
+        const int64_t r0 = s->row_blocks[rb], nr = s->row_blocks[rb + 1] - r0;
+        for (int64_t k = 0; k < ns; k++) {
+            AFL_F(slice)(D, nvec, ns, k, &v0, &v1, &rem);
+            if (k + 1 < ns) AFL_F(slice)(D, nvec, ns, k + 1, &p0, &p1, &prem);
+            for (int64_t a = 0; a < nA; a++) {
+                if (k + 1 < ns)
+                    AFL_F(prefetch_slice)(s, r0 + a * nr / nA, r0 + (a + 1) * nr / nA, p0, p1);
+                const int64_t q = off[a + 1] - off[a];
+                if (q <= 0) continue;
+                const int32_t *rows = s->mrows + s->mptr[active[a] * L + rb];
+                AFL_F(logits)(s->X, s->ldx, Dp, rows, q, W + a * P, C, v0, v1, rem, k == 0,
+                              w->Z + (off[a] - off[0]) * C);
+            }
+        }
         for (int64_t a = 0; a < nA; a++) {
-            if (k + 1 < ns)
-                AFL_F(prefetch_slice)(s, r0 + a * nr / nA, r0 + (a + 1) * nr / nA, p0, p1);
-            const int64_t q = w->off[a + 1] - w->off[a];
+            const int64_t q = off[a + 1] - off[a];
             if (q <= 0) continue;
             const int32_t *rows = s->mrows + s->mptr[active[a] * L + rb];
-            AFL_F(logits)(s->X, s->ldx, Dp, rows, q, W + a * P, C, v0, v1, rem, k == 0,
-                          w->Z + w->off[a] * C);
+            for (int64_t i = 0; i < q; i++) w->yl[i] = s->y[rows[i]];
+            const float *Z = w->Z + (off[a] - off[0]) * C;
+            float *R = w->R + off[a] * C;
+            part[a * stride + P] += s->loss_code == AFL_LOSS_CE
+                ? AFL_F(ce_rows)(q, C, Z, w->yl, scale[a], R, w->work)
+                : AFL_F(generic_rows)(s, q, Z, w->yl, scale[a], R, w->zb, w->work);
         }
     }
-    for (int64_t a = 0; a < nA; a++) {
-        const int64_t q = w->off[a + 1] - w->off[a];
-        if (q <= 0) continue;
-        const int32_t *rows = s->mrows + s->mptr[active[a] * L + rb];
-        for (int64_t i = 0; i < q; i++) w->yl[i] = s->y[rows[i]];
-        const float *Z = w->Z + w->off[a] * C;
-        float *R = w->R + w->off[a] * C;
-        part[a * stride + P] += s->loss_code == AFL_LOSS_CE
-            ? AFL_F(ce_rows)(q, C, Z, w->yl, scale[a], R, w->work)
-            : AFL_F(generic_rows)(s, q, Z, w->yl, scale[a], R, w->zb, w->work);
-    }
-    /* the last slice first: it is the one still in cache from the logits */
-    const int64_t n0 = s->row_blocks[rb + 1];
-    const int64_t nn = rb + 1 < s->nrb ? s->row_blocks[rb + 2] - n0 : 0;
+    /* the last slice first: the last row block's is still in cache from the logits */
     for (int64_t k = ns - 1; k >= 0; k--) {
         AFL_F(slice)(D, nvec, ns, k, &v0, &v1, &rem);
-        /* while this slice is in use: the next one, or the next row block's first */
-        if (k > 0) AFL_F(slice)(D, nvec, ns, k - 1, &p0, &p1, &prem);
-        else AFL_F(slice)(D, nvec, ns, 0, &p0, &p1, &prem);
-        for (int64_t a = 0; a < nA; a++) {
-            if (k > 0)
-                AFL_F(prefetch_slice)(s, r0 + a * nr / nA, r0 + (a + 1) * nr / nA, p0, p1);
-            else
-                AFL_F(prefetch_slice)(s, n0 + a * nn / nA, n0 + (a + 1) * nn / nA, p0, p1);
-            const int64_t q = w->off[a + 1] - w->off[a];
-            if (q <= 0) continue;
-            const int32_t *rows = s->mrows + s->mptr[active[a] * L + rb];
-            AFL_F(grad_add)(s->X, s->ldx, Dp, rows, q, w->R + w->off[a] * C, C, v0, v1, rem,
-                            part + a * stride);
+        for (int64_t rb = rb0; rb < rb1; rb++) {
+            const int64_t *off = w->off + (rb - rb0) * A1;
+            /* while this row block's slice is in use: the next row block's, or the first
+             * row block's next slice */
+            int64_t nb = rb + 1 < rb1 ? rb + 1 : rb0;
+            if (rb + 1 < rb1) { p0 = v0; p1 = v1; }
+            else if (k > 0) AFL_F(slice)(D, nvec, ns, k - 1, &p0, &p1, &prem);
+            else nb = -1;
+            const int64_t n0 = nb >= 0 ? s->row_blocks[nb] : 0;
+            const int64_t nn = nb >= 0 ? s->row_blocks[nb + 1] - n0 : 0;
+            for (int64_t a = 0; a < nA; a++) {
+                if (nn) AFL_F(prefetch_slice)(s, n0 + a * nn / nA, n0 + (a + 1) * nn / nA, p0, p1);
+                const int64_t q = off[a + 1] - off[a];
+                if (q <= 0) continue;
+                const int32_t *rows = s->mrows + s->mptr[active[a] * L + rb];
+                AFL_F(grad_add)(s->X, s->ldx, Dp, rows, q, w->R + off[a] * C, C, v0, v1, rem,
+                                part + a * stride);
+            }
         }
     }
 }
