@@ -19,9 +19,10 @@
  *     four rows and each row vector load, kept in a register, three or four classes; the
  *     slice's lanes reduced and added to the row's logits in slice order); then per model
  *     the per-row loss and logit gradient (cross-entropy vectorised over the rows; other
- *     losses through afl_row_loss); then the gradient X_rows^T R slice by slice (vectorised
- *     along the features, a sequential FMA chain over the rows in order, from zero),
- *     added in double.
+ *     losses through afl_row_loss).  Then, per super-block, the gradient X_rows^T R slice by
+ *     slice and within a slice row block by row block (vectorised along the features, a
+ *     sequential FMA chain over a block's rows in order, from zero, added in double), so the
+ *     slice of every model's double sums stays in L2 while the row blocks are added to it.
  *     This is the one kernel of the member pass: a chunk of rows with its member lists
  *     (afl_member_set) is evaluated by afl_member_eval, whose sums a caller holding
  *     several chunks adds in a fixed chunk order.
