@@ -1,9 +1,9 @@
 """Opening and validating inputs: embeddings (ndarray, memmap or .npy/.npz path) and labels."""
 import os
+import sys
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.sparse
 
 from .io.arrayfile import open_array_file
 from ._rows import first_nonfinite_row, first_row_beyond
@@ -15,6 +15,13 @@ FLOAT32_MAX = float(np.finfo(np.float32).max)
 SCAN_CHUNK_BYTES = 64 << 20
 #: Rows (in X's dtype) read at a time by :func:`gather_rows`; its only scratch buffer.
 GATHER_CHUNK_BYTES = 8 << 20
+
+
+def _is_sparse(X):
+    """True for a SciPy sparse matrix or array.  One can exist only once ``scipy.sparse`` has
+    been imported, so the filtering path does not import SciPy just to ask."""
+    sparse = sys.modules.get("scipy.sparse")
+    return sparse is not None and sparse.issparse(X)
 
 
 def check_dtype(dtype):
@@ -54,7 +61,7 @@ def open_embeddings(X):
     """
     if isinstance(X, (str, os.PathLike)):
         X = open_array_file(X, "embeddings")
-    elif scipy.sparse.issparse(X):
+    elif _is_sparse(X):
         raise TypeError(f"X is a sparse {type(X).__name__}; sparse input is not supported, "
                         "pass a dense array (X.toarray())")
     elif not isinstance(X, np.ndarray):

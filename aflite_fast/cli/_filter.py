@@ -164,7 +164,7 @@ def run(args):
     from ..io.labelfile import read_labels_file
     from ..data import open_embeddings
     from ..io.atomic import OutputSet
-    from .._solver_status import ConvergenceWarning, total_status
+    from .._solver_status import NOT_CONVERGED_MESSAGE, total_status
 
     prog = "aflite-fast filter"
     start = time.perf_counter()
@@ -205,7 +205,7 @@ def run(args):
         with OutputSet(args.out, OUTPUT_NAMES + ((PLOT_NAME,) if args.plot else ()), label="--out") as out:
             with warnings.catch_warnings():
                 # counted in the history; the note below says it once, in the CLI's words
-                warnings.simplefilter("ignore", ConvergenceWarning)
+                warnings.filterwarnings("ignore", message=NOT_CONVERGED_MESSAGE)
                 result = aflite(X, y, progress=not args.quiet, loss_params=loss_params, groups=groups,
                                 checkpoint=args.checkpoint, **params, **extra)
             seconds = time.perf_counter() - start
