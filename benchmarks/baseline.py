@@ -76,6 +76,25 @@ def package_partition_sampler(random_state, n_partitions):
     return train_positions
 
 
+def _phase_inputs(X, y, active, n_classes):
+    """The active rows as float32, their labels, the number of classes and zeroed counts."""
+    active = np.asarray(active, dtype=np.int64)
+    Xa = np.ascontiguousarray(X[active], dtype=np.float32)
+    ya = np.asarray(y[active], dtype=np.int64)
+    n = active.shape[0]
+    n_classes = int(y.max()) + 1 if n_classes is None else n_classes
+    return (Xa, ya, n_classes, np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64),
+            np.zeros(n, dtype=np.float64))
+
+
+def _accumulate(te, proba, ya, seen, correct, prob_label):
+    """Add one partition's held-out predictions (rows ``te``, probabilities ``proba``)."""
+    yt = ya[te]
+    seen[te] += 1
+    correct[te] += np.argmax(proba, axis=1) == yt
+    prob_label[te] += proba[np.arange(te.shape[0]), yt]
+
+
 def baseline_phase(
     X,
     y,
@@ -122,15 +141,8 @@ def baseline_phase(
     n_iter : list of int
         Only when ``return_n_iter``.
     """
-    active = np.asarray(active, dtype=np.int64)
-    n_active = active.shape[0]
-    if n_classes is None:
-        n_classes = int(y.max()) + 1
-    Xa = np.asarray(X[active], dtype=np.float32)
-    ya = np.asarray(y[active], dtype=np.int64)
-    correct = np.zeros(n_active, dtype=np.int64)
-    seen = np.zeros(n_active, dtype=np.int64)
-    prob_label = np.zeros(n_active, dtype=np.float64)
+    Xa, ya, n_classes, correct, seen, prob_label = _phase_inputs(X, y, active, n_classes)
+    n_active = ya.shape[0]
     n_iter = []
     for j in range(n_partitions):
         tr = np.asarray(train_positions(phase, j, n_active, train_size), dtype=np.int64)
@@ -142,11 +154,7 @@ def baseline_phase(
         n_iter.append(int(clf.n_iter_[0]))
         proba = np.zeros((te.shape[0], n_classes))
         proba[:, clf.classes_] = clf.predict_proba(Xa[te])
-        pred = np.argmax(proba, axis=1)
-        yt = ya[te]
-        seen[te] += 1
-        correct[te] += pred == yt
-        prob_label[te] += proba[np.arange(te.shape[0]), yt]
+        _accumulate(te, proba, ya, seen, correct, prob_label)
     if return_n_iter:
         return correct, seen, prob_label, n_iter
     return correct, seen, prob_label
@@ -201,25 +209,15 @@ def tuned_phase(X, y, active, train_positions, *, n_partitions=64, train_size, C
     """
     from joblib import Parallel, delayed
 
-    active = np.asarray(active, dtype=np.int64)
-    n_active = active.shape[0]
-    if n_classes is None:
-        n_classes = int(y.max()) + 1
-    Xa = np.ascontiguousarray(X[active], dtype=np.float32)
-    ya = np.asarray(y[active], dtype=np.int64)
+    Xa, ya, n_classes, correct, seen, prob_label = _phase_inputs(X, y, active, n_classes)
+    n_active = ya.shape[0]
     jobs = (delayed(_tuned_fit_predict)(Xa, ya, np.asarray(train_positions(phase, j, n_active, train_size),
                                                             dtype=np.int64), n_classes, C, max_iter, tol)
             for j in range(n_partitions))
-    correct = np.zeros(n_active, dtype=np.int64)
-    seen = np.zeros(n_active, dtype=np.int64)
-    prob_label = np.zeros(n_active, dtype=np.float64)
     n_iter = []
     # results are added in partition order (joblib returns them in order)
     for te, proba, it in Parallel(n_jobs=n_jobs, backend="loky")(jobs):
-        yt = ya[te]
-        seen[te] += 1
-        correct[te] += np.argmax(proba, axis=1) == yt
-        prob_label[te] += proba[np.arange(te.shape[0]), yt]
+        _accumulate(te, proba, ya, seen, correct, prob_label)
         n_iter.append(it)
     if return_n_iter:
         return correct, seen, prob_label, n_iter

@@ -113,27 +113,6 @@ def _med(xs):
     return statistics.median(xs)
 
 
-def _gemm_rate(n, D, N, threads, repeat=3):
-    """Best GFLOP/s of an (n x D) @ (D x N) float32 product: NumPy (OpenBLAS) and ours."""
-    from aflite_fast import _kernel, kernel
-
-    rng = np.random.default_rng(0)
-    A = rng.standard_normal((n, D), dtype=np.float32)
-    B = rng.standard_normal((D, N), dtype=np.float32)
-    C = np.empty((n, N), np.float32)
-    kb = kernel.block_bounds(D, kernel.COL_BLOCK)
-    best = {"blas": 0.0, "ours": 0.0}
-    with threadpool_limits(threads):
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            np.matmul(A, B, out=C)
-            best["blas"] = max(best["blas"], 2.0 * n * D * N / (time.perf_counter() - t0) / 1e9)
-            t0 = time.perf_counter()
-            _kernel.sgemm(False, A, B, C, kb, False, threads)
-            best["ours"] = max(best["ours"], 2.0 * n * D * N / (time.perf_counter() - t0) / 1e9)
-    return best
-
-
 def compare_phase(X, y, a, out):
     sampler = package_partition_sampler(a.seed, a.m)
     active = np.arange(X.shape[0])
@@ -168,7 +147,10 @@ def compare_phase(X, y, a, out):
     mean_prob_diff = np.abs(o_prob[both] - prob[both] / seen[both])
     o_iter = np.asarray(getattr(ours, "n_iter", [np.nan]), dtype=np.float64)
     # the floor: L-BFGS evaluations are about iterations + 1 per model
-    rate = _gemm_rate(min(X.shape[0], 50000), a.d + 1, a.m * a.classes, a.threads)
+    from compare_scale import gemm_rate
+
+    ours_rate, blas_rate = gemm_rate(min(X.shape[0], 50000), a.d + 1, a.m * a.classes, a.threads)
+    rate = {"ours": ours_rate, "blas": blas_rate}
     evals = float(np.sum(o_iter + 1))
     floor_flops = evals * 4.0 * a.t * (a.d + 1) * a.classes + 2.0 * X.shape[0] * (a.d + 1) * a.m * a.classes
     floor_s = floor_flops / (max(rate.values()) * 1e9)
