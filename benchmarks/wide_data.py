@@ -8,14 +8,16 @@ fits in a fresh process (so that one's memory does not hide the other's), interl
   the low-rank form here: the exact inverse by the Woodbury identity, an n x n system);
 - sklearn: ``LogisticRegression()`` (lbfgs), BLAS limited to ``--threads``.
 
-Both get the same float32 X.  Time: the median of ``--repeat`` fits in the process (after
+Both get the same float32 X: ``--data skewed`` (column scales exp(N(0, 1)), a shared offset,
+labels from a noisy linear model) or ``--data isotropic`` (N(0, 1) features, random labels,
+which lbfgs fits in a few steps).  Time: the median of ``--repeat`` fits in the process (after
 one fit that is not timed: imports, thread pools).  Memory: the process's peak resident set
 during the timed fits above what it held before them (VmHWM after resetting it through
 /proc/self/clear_refs), in copies of X.  Also printed: the agreement of the two models'
 predictions on held-out rows.
 
     PYTHONPATH=. python benchmarks/wide_data.py [--sizes 400x10000 400x20000] [--classes 2 3]
-        [--rounds 3] [--repeat 3] [--threads 2]
+        [--rounds 3] [--repeat 3] [--threads 2] [--data skewed|isotropic]
 """
 import argparse
 import json
@@ -32,14 +34,19 @@ import json, sys, time
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-n, d, n_classes, who, repeat, threads = sys.argv[1:7]
+n, d, n_classes, who, repeat, threads, data = sys.argv[1:8]
 n, d, n_classes, repeat, threads = int(n), int(d), int(n_classes), int(repeat), int(threads)
 rng = np.random.default_rng([n, d, n_classes])
-# features with spread-out scales and a shared offset, labels from a noisy linear model
-scale = np.exp(rng.standard_normal(d)).astype(np.float32)
-X = (rng.standard_normal((n + 1000, d), dtype=np.float32) * scale + 3.0).astype(np.float32)
-W = rng.standard_normal((d, n_classes)) / scale[:, None] / np.sqrt(d)
-y = np.argmax((X - 3.0) @ W * 3.0 + rng.gumbel(size=(n + 1000, n_classes)), axis=1)
+if data == "isotropic":
+    # standard normal features, labels at random
+    X = rng.standard_normal((n + 1000, d), dtype=np.float32)
+    y = rng.integers(0, n_classes, n + 1000)
+else:
+    # features with spread-out scales and a shared offset, labels from a noisy linear model
+    scale = np.exp(rng.standard_normal(d)).astype(np.float32)
+    X = (rng.standard_normal((n + 1000, d), dtype=np.float32) * scale + 3.0).astype(np.float32)
+    W = rng.standard_normal((d, n_classes)) / scale[:, None] / np.sqrt(d)
+    y = np.argmax((X - 3.0) @ W * 3.0 + rng.gumbel(size=(n + 1000, n_classes)), axis=1)
 Xtr, ytr, Xte = X[:n], y[:n], X[n:]
 
 if who == "ours":
@@ -75,10 +82,10 @@ print(json.dumps(dict(times=times, peak=peak, x_bytes=Xtr.nbytes, n_iter=int(np.
 """
 
 
-def run(n, d, n_classes, who, repeat, threads):
+def run(n, d, n_classes, who, repeat, threads, data):
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     out = subprocess.run([sys.executable, "-c", CHILD, str(n), str(d), str(n_classes), who, str(repeat),
-                          str(threads)], capture_output=True, text=True, env=env, check=True)
+                          str(threads), data], capture_output=True, text=True, env=env, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -89,6 +96,9 @@ def main(argv=None):
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--data", choices=["skewed", "isotropic"], default="skewed",
+                   help="skewed: column scales exp(N(0, 1)), offset 3, labels from a noisy linear model; "
+                        "isotropic: N(0, 1) features, random labels")
     p.add_argument("--json", type=Path)
     a = p.parse_args(argv)
     import numpy as np
@@ -100,7 +110,7 @@ def main(argv=None):
             res = {"ours": [], "sklearn": []}
             for _ in range(a.rounds):
                 for who in ("ours", "sklearn"):
-                    res[who].append(run(n, d, n_classes, who, a.repeat, a.threads))
+                    res[who].append(run(n, d, n_classes, who, a.repeat, a.threads, a.data))
             med = {w: statistics.median(t for r in res[w] for t in r["times"]) for w in res}
             peak = {w: max(r["peak"] for r in res[w]) for w in res}
             x_bytes = res["ours"][0]["x_bytes"]
@@ -113,7 +123,7 @@ def main(argv=None):
             print(f"# {n} x {d}, {n_classes} classes: ours {row['ours']:.3f} s, sklearn {row['sklearn']:.3f} s; "
                   f"peak {row['ours_peak'] / 1e6:.0f} / {row['sklearn_peak'] / 1e6:.0f} MB", flush=True)
     print()
-    print(f"Fits on float32 X, {a.threads} threads; median of {a.rounds} processes x {a.repeat} fits each, "
+    print(f"Fits on float32 X ({a.data} data), {a.threads} threads; median of {a.rounds} processes x {a.repeat} fits each, "
           "contenders interleaved; peak: resident set above the process's before the timed fits.")
     print()
     print("| n x d | classes | ours (s) | sklearn (s) | ours / sklearn | ours peak (MB, copies of X) "
