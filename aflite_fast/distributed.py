@@ -415,7 +415,7 @@ def score_phase_dask(X, codes, active, center, train_pos, *, n_classes, C=1.0, l
             return gather_rows(raw, np.arange(rows.size), center,
                                np.empty((rows.size, D), dtype=np.float32))
 
-        form = kernel.preconditioner_forms(n_active, D, train_pos.shape[1])[0]
+        form = kernel.preconditioner_forms(n_active, D)[0]
         precond = engine.phase_preconditioner(read_rows, active, d, n_classes, Ck,
                                               train_pos.shape[1], _worker_threads(n_threads), form=form)
         moved["precond_rows"] = int(kernel.preconditioner_sample(n_active, D, form).size) * d * item

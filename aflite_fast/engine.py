@@ -177,7 +177,7 @@ def preconditioner_bytes(n_active, n_features, budget, form="dense"):
     return kernel.preconditioner_bytes(form, n_active, D, chunk)
 
 
-def phase_preconditioner_form(n_active, n_features, train_size, budget):
+def phase_preconditioner_form(n_active, n_features, budget):
     """The form of the phase's preconditioner: the first of ``kernel.preconditioner_forms``
     (chosen from the sizes alone) whose building fits ``budget``.
 
@@ -186,7 +186,7 @@ def phase_preconditioner_form(n_active, n_features, train_size, budget):
     same optimum, so the results may differ from a run with more memory within the solver's
     tolerance (a warning says so); with the preferred form they never depend on the budget.
     """
-    forms = kernel.preconditioner_forms(n_active, n_features + 1, train_size)
+    forms = kernel.preconditioner_forms(n_active, n_features + 1)
     for form in forms:
         if preconditioner_bytes(n_active, n_features, budget, form) <= budget:
             break
@@ -308,7 +308,7 @@ def phase_preconditioner(read_rows, active, n_features, n_classes, kernel_C, tra
     """
     D = n_features + 1
     if form is None:
-        form = kernel.preconditioner_forms(active.size, D, train_size)[0]
+        form = kernel.preconditioner_forms(active.size, D)[0]
     sample = active[kernel.preconditioner_sample(active.size, D, form)]
     step = sample.size if chunk_rows is None or form == "lowrank" else max(1, int(chunk_rows))
     chunks = (read_rows(sample[i:i + step]) for i in range(0, sample.size, max(step, 1)))
@@ -398,7 +398,7 @@ def score_phase(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="
     precond = None
     precond_form = "none"
     if options.precondition:
-        precond_form = phase_preconditioner_form(n_active, d, t, budget)
+        precond_form = phase_preconditioner_form(n_active, d, budget)
 
         def read_sample(rows):
             nonlocal read_seconds

@@ -44,12 +44,6 @@ PRECOND_MIN_ROWS = 2048
 #: O(D^3) time, and a product of D^2 per column each round, worth it while D is at most
 #: about the rows a model trains on (``benchmarks/iterations.py``).
 DENSE_MAX_COLUMNS = 4097
-#: The low-rank form keeps its sample (n x D) and an n x n core: at most this many rows.
-LOWRANK_MAX_ROWS = 4096
-#: ... and only while its product (about 8 n D C flops per model and direction) costs at
-#: most twice a model's own evaluation (4 t D C): n <= this many times the rows t a model
-#: trains on.
-LOWRANK_MAX_SAMPLE_PER_TRAIN_ROW = 2
 #: Up to this many columns the dense form inverts with NumPy's LAPACK (which NumPy loads
 #: anyway); above, with SciPy's Cholesky routines (a third of the work), imported then.
 NUMPY_INVERSE_MAX = 512
@@ -124,26 +118,26 @@ def preconditioner_sample(n_rows, n_columns, form="dense"):
     return (np.arange(n_sample, dtype=np.int64) * int(n_rows)) // max(n_sample, 1)
 
 
-def preconditioner_forms(n_rows, n_columns, train_rows=None):
+def preconditioner_forms(n_rows, n_columns):
     """Forms of the preconditioner worth building for ``n_rows`` rows of ``n_columns``
     augmented columns, best first; callers take the first that fits their memory.
 
-    - ``"lowrank"``: the sample has fewer rows than columns (all the rows then: see
-      :func:`preconditioner_sample`), at most :data:`LOWRANK_MAX_ROWS` and at most
-      :data:`LOWRANK_MAX_SAMPLE_PER_TRAIN_ROW` per row a model trains on (``train_rows``):
-      the same H0 as the dense form, by the Woodbury identity (an n x n system);
-    - ``"dense"``: up to :data:`DENSE_MAX_COLUMNS` columns;
-    - ``"diagonal"``: the inverse of the diagonal of the same matrix (per-feature scaling);
-    - ``"none"``: the identity.
+    - fewer rows in the sample than columns (wide data: the sample is then every row, see
+      :func:`preconditioner_sample`): ``"none"``.  The solution lies in the span of the
+      rows, where plain L-BFGS already does well; the exact H0 (the ``"lowrank"`` form) costs
+      an n x n system and, per direction, about two evaluations of the model, and the
+      diagonal form pushes the steps out of that span: both measured slower
+      (``benchmarks/wide_data.py --forms``);
+    - else ``"dense"`` up to :data:`DENSE_MAX_COLUMNS` columns;
+    - else ``"diagonal"`` (per-feature scaling: O(D) memory and time per product);
+    - and ``"none"`` last, for a budget too small for the others.
     """
     n_sample = preconditioner_sample(n_rows, n_columns).size
-    forms = []
-    if (n_sample < n_columns and n_sample <= LOWRANK_MAX_ROWS
-            and (train_rows is None or n_sample <= LOWRANK_MAX_SAMPLE_PER_TRAIN_ROW * train_rows)):
-        forms.append("lowrank")
-    elif n_columns <= DENSE_MAX_COLUMNS:
-        forms.append("dense")
-    return forms + ["diagonal", "none"]
+    if n_sample < n_columns:
+        return ["none"]
+    if n_columns <= DENSE_MAX_COLUMNS:
+        return ["dense", "diagonal", "none"]
+    return ["diagonal", "none"]
 
 
 def preconditioner_bytes(form, n_rows, n_columns, chunk_rows=None):
@@ -263,7 +257,9 @@ def preconditioner(rows, n_classes, l2, n_threads=1, form="dense"):
     - ``"dense"``: the D x D matrix (O(D^2) memory, O(D^3) time);
     - ``"lowrank"``: the same matrix through the Woodbury identity,
       ``H0 = (I - F' (c I + F F')^-1 F) / l2`` with F the n rows and ``c = n l2 / s``: an
-      n x n system, for samples with fewer rows than columns (O(n D) memory, O(n^2 D) time);
+      n x n system (O(n D) memory, O(n^2 D) time), for callers that want the exact H0 of a
+      sample with fewer rows than columns (never chosen by :func:`preconditioner_forms`:
+      measured slower than none there);
     - ``"diagonal"``: ``1 / diag(s X'X / n + l2 I)`` (O(D) memory, O(n D) time);
     - ``"none"``: the identity.
 
@@ -509,7 +505,7 @@ def train_models(Xa, y, member, n_classes, *, C=1.0, loss="ce", loss_params=None
     elif isinstance(precond, str):
         if precond != "auto":
             raise ValueError(f"precond must be None, 'auto', a Preconditioner or a matrix, got {precond!r}")
-        form = preconditioner_forms(n, D, float(np.mean(n_rows)))[0]
+        form = preconditioner_forms(n, D)[0]
         sample = preconditioner_sample(n, D, form)
         rows = Xa if sample.size == n else Xa[sample]  # no copy when the sample is every row
         precond = preconditioner(rows, n_classes, float(np.mean(l2)), n_threads, form=form)

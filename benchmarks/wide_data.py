@@ -4,8 +4,8 @@ For each size (default 400 x 10000 and 400 x 20000, two and three classes), each
 fits in a fresh process (so that one's memory does not hide the other's), interleaved
 (ours, sklearn, ours, ...) over ``--rounds`` rounds:
 
-- ours: ``aflite_fast.RobustLogisticRegression(n_jobs=--threads)`` (its preconditioner takes
-  the low-rank form here: the exact inverse by the Woodbury identity, an n x n system);
+- ours: ``aflite_fast.RobustLogisticRegression(n_jobs=--threads)`` (no preconditioner here:
+  with fewer rows than columns plain L-BFGS was measured fastest, ``--forms``);
 - sklearn: ``LogisticRegression()`` (lbfgs), BLAS limited to ``--threads``.
 
 Both get the same float32 X: ``--data skewed`` (column scales exp(N(0, 1)), a shared offset,
@@ -18,6 +18,7 @@ predictions on held-out rows.
 
     PYTHONPATH=. python benchmarks/wide_data.py [--sizes 400x10000 400x20000] [--classes 2 3]
         [--rounds 3] [--repeat 3] [--threads 2] [--data skewed|isotropic]
+    PYTHONPATH=. python benchmarks/wide_data.py --forms --sizes 400x20000   # each preconditioner form
 """
 import argparse
 import json
@@ -36,17 +37,9 @@ from threadpoolctl import threadpool_limits
 
 n, d, n_classes, who, repeat, threads, data = sys.argv[1:8]
 n, d, n_classes, repeat, threads = int(n), int(d), int(n_classes), int(repeat), int(threads)
-rng = np.random.default_rng([n, d, n_classes])
-if data == "isotropic":
-    # standard normal features, labels at random
-    X = rng.standard_normal((n + 1000, d), dtype=np.float32)
-    y = rng.integers(0, n_classes, n + 1000)
-else:
-    # features with spread-out scales and a shared offset, labels from a noisy linear model
-    scale = np.exp(rng.standard_normal(d)).astype(np.float32)
-    X = (rng.standard_normal((n + 1000, d), dtype=np.float32) * scale + 3.0).astype(np.float32)
-    W = rng.standard_normal((d, n_classes)) / scale[:, None] / np.sqrt(d)
-    y = np.argmax((X - 3.0) @ W * 3.0 + rng.gumbel(size=(n + 1000, n_classes)), axis=1)
+sys.path.insert(0, sys.argv[8])
+from wide_data import make_wide
+X, y = make_wide(n + 1000, d, n_classes, data, seed=[n, d, n_classes])
 Xtr, ytr, Xte = X[:n], y[:n], X[n:]
 
 if who == "ours":
@@ -82,10 +75,54 @@ print(json.dumps(dict(times=times, peak=peak, x_bytes=Xtr.nbytes, n_iter=int(np.
 """
 
 
+def make_wide(n, d, n_classes, data, seed):
+    """float32 X (n, d) and labels: ``"isotropic"`` (N(0, 1) features, random labels) or
+    ``"skewed"`` (column scales exp(N(0, 1)), offset 3, labels from a noisy linear model)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    if data == "isotropic":
+        return rng.standard_normal((n, d), dtype=np.float32), rng.integers(0, n_classes, n)
+    scale = np.exp(rng.standard_normal(d)).astype(np.float32)
+    X = (rng.standard_normal((n, d), dtype=np.float32) * scale + 3.0).astype(np.float32)
+    W = rng.standard_normal((d, n_classes)) / scale[:, None] / np.sqrt(d)
+    y = np.argmax((X - 3.0) @ W * 3.0 + rng.gumbel(size=(n, n_classes)), axis=1)
+    return X, y
+
+
+def forms(sizes, classes, threads, repeat):
+    """Seconds and iterations of ``RobustLogisticRegression`` with each preconditioner form
+    forced, both kinds of data (in this process: the fastest of ``repeat`` fits)."""
+    import time
+
+    from aflite_fast import RobustLogisticRegression, kernel
+
+    real = kernel.preconditioner_forms
+    print("| data | n x d | classes | form | seconds (best of %d) | iterations |" % repeat)
+    print("|---|---|---:|---|---:|---:|")
+    try:
+        for size in sizes:
+            n, d = (int(v) for v in size.split("x"))
+            for data in ("isotropic", "skewed"):
+                for k in classes:
+                    X, y = make_wide(n, d, k, data, seed=[n, d, k])
+                    for form in ("lowrank", "diagonal", "none"):
+                        kernel.preconditioner_forms = lambda *a, form=form: [form, "none"]
+                        RobustLogisticRegression(n_jobs=threads).fit(X, y)
+                        best = float("inf")
+                        for _ in range(repeat):
+                            t0 = time.perf_counter()
+                            model = RobustLogisticRegression(n_jobs=threads).fit(X, y)
+                            best = min(best, time.perf_counter() - t0)
+                        print(f"| {data} | {n} x {d} | {k} | {form} | {best:.3f} | {model.n_iter_[0]} |", flush=True)
+    finally:
+        kernel.preconditioner_forms = real
+
+
 def run(n, d, n_classes, who, repeat, threads, data):
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     out = subprocess.run([sys.executable, "-c", CHILD, str(n), str(d), str(n_classes), who, str(repeat),
-                          str(threads), data], capture_output=True, text=True, env=env, check=True)
+                          str(threads), data, str(Path(__file__).resolve().parent)], capture_output=True, text=True, env=env, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -100,8 +137,13 @@ def main(argv=None):
                    help="skewed: column scales exp(N(0, 1)), offset 3, labels from a noisy linear model; "
                         "isotropic: N(0, 1) features, random labels")
     p.add_argument("--json", type=Path)
+    p.add_argument("--forms", action="store_true",
+                   help="instead: ours with each preconditioner form forced, both kinds of data")
     a = p.parse_args(argv)
     import numpy as np
+
+    if a.forms:
+        return forms(a.sizes, a.classes, a.threads, a.repeat)
 
     rows = []
     for size in a.sizes:
