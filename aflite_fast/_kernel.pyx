@@ -17,8 +17,8 @@ E. Preconditioning: the initial inverse Hessian H0 of L-BFGS may be shared by th
    models (kernel.preconditioner: the inverse of the rows' second-moment matrix times the
    softmax curvature, plus the L2 weight), scaled by s'y / y'Hy as usual, in one of three
    forms (``_precond_apply``): dense (D x D), low rank plus diagonal
-   (diag(h) + F' G F with F r x D, G r x r: the exact inverse by the Woodbury identity when
-   the sample has fewer rows than columns), or diagonal.  It changes the path, not the
+   (diag(h) + F' G F with F r x D, G r x r: e.g. the exact inverse by the Woodbury identity),
+   or diagonal.  It changes the path, not the
    optimum; on embeddings whose feature variances span orders of magnitude it cuts the
    iterations several-fold.  The products with it are one to three GEMMs per round for all
    models that need a new direction.
