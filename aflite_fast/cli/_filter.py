@@ -164,10 +164,14 @@ def run(args):
     from ..io.labelfile import read_labels_file
     from ..data import open_embeddings
     from ..io.atomic import OutputSet
+    from ..io.watch import InputWatch
     from .._solver_status import ConvergenceWarning, total_status
 
     prog = "aflite-fast filter"
     start = time.perf_counter()
+    # checked again before the outputs are committed (the run checks EMB at every phase too)
+    watch = InputWatch([("EMB", args.embeddings), ("LABELS", args.labels), ("--groups", args.groups),
+                        ("--transition", args.transition)])
     X = open_embeddings(args.embeddings)
     y = read_labels_file(args.labels, column=args.labels_column, header=args.labels_header)
     n_rows = X.shape[0]
@@ -202,7 +206,8 @@ def run(args):
         extra = dict(backend="dask", client=connect(args.scheduler))
     try:
         # Entered before the first phase: an unwritable or busy --out fails now, not at the end.
-        with OutputSet(args.out, OUTPUT_NAMES + ((PLOT_NAME,) if args.plot else ()), label="--out") as out:
+        with OutputSet(args.out, OUTPUT_NAMES + ((PLOT_NAME,) if args.plot else ()), label="--out",
+                       before_commit=watch.check) as out:
             with warnings.catch_warnings():
                 # counted in the history; the note below says it once, in the CLI's words
                 warnings.simplefilter("ignore", ConvergenceWarning)
