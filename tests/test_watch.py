@@ -198,6 +198,14 @@ def test_source_files(tmp_path):
     assert source_files([path, path]) == [path, path]
     assert source_files(X) == [] and source_files(str(tmp_path)) == []
 
+    class Rows:  # a reader of stored rows, as the data layer's row sources are
+        files = (path, "b.npy")
+
+        def read_rows(self, start, stop):
+            raise NotImplementedError
+
+    assert source_files(Rows()) == [path, os.path.abspath("b.npy")]
+
 
 def test_watch_reports_removed_and_replaced_files(tmp_path):
     a, b = tmp_path / "a.npy", tmp_path / "b.npy"

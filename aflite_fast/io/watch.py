@@ -27,11 +27,14 @@ def source_files(X):
     """Absolute paths of the files holding the rows of input ``X``, in order; [] for data in memory.
 
     Knows a path (``FILE.npz:KEY`` included), a list of paths (shards), an ``np.memmap`` and an
-    array whose base is one.  A directory gives [].
+    array whose base is one, and a reader of stored rows that lists its files (a ``files``
+    attribute beside ``read_rows``).  A path that is not a file (a directory) gives [].
     """
     if isinstance(X, (str, os.PathLike)):
         path = split_key(X)[0]
         return [os.path.abspath(path)] if os.path.isfile(path) else []
+    if hasattr(X, "read_rows") and hasattr(X, "files"):
+        return [os.path.abspath(os.fspath(f)) for f in X.files]
     if isinstance(X, (list, tuple)) and X and all(isinstance(p, (str, os.PathLike)) for p in X):
         return [f for p in X for f in source_files(p)]
     while isinstance(X, np.ndarray):
