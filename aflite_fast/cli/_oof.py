@@ -4,7 +4,6 @@ import sys
 import time
 import warnings
 
-from .._loss_names import LOSS_NAMES
 from ._args import HelpFormatter, cap_threads, memory_size, positive_int
 
 #: Library parameter names -> the flags of this command, for error messages.
@@ -36,18 +35,12 @@ array, or UTF-8 text with one row per line of EMB, --labels-column / --labels-he
 
 def add_parser(subparsers):
     """Register the ``oof`` subcommand and return its parser."""
-    from ._filter import train_size_arg
+    from ._filter import add_groups_arguments, add_input_arguments, add_model_arguments, train_size_arg
 
     p = subparsers.add_parser(
         "oof", help="out-of-fold probabilities (N x C .npy) for cleanlab and other label-error tools",
         description=_DESCRIPTION, epilog=_EPILOG, formatter_class=HelpFormatter)
-    p.add_argument("embeddings", metavar="EMB", help="embeddings: EMB.npy, EMB.npz or EMB.npz:KEY")
-    p.add_argument("labels", metavar="LABELS", help="labels: .npy/.npz, or text/CSV (see below)")
-    p.add_argument("--labels-column", default=None, metavar="NAME|INDEX",
-                   help="label column of a CSV/TSV labels file: a header name (with "
-                        "--labels-header) or a 0-based index")
-    p.add_argument("--labels-header", action="store_true",
-                   help="the first line of the labels file names its columns")
+    add_input_arguments(p)
     p.add_argument("--out", required=True, metavar="PROBS.npy",
                    help="the probabilities file to write (.npy; its directory must exist)")
     p.add_argument("--cv", type=int, default=5, metavar="K",
@@ -60,12 +53,7 @@ def add_parser(subparsers):
     p.add_argument("--train-size", type=train_size_arg, default=None, metavar="T",
                    help="rows per partition (an integer) or a fraction in (0, 1); only with "
                         "--n-partitions (default 0.5)")
-    p.add_argument("--C", type=float, default=1.0, help="inverse L2 strength (scikit-learn's C)")
-    p.add_argument("--loss", choices=LOSS_NAMES, default="ce", help="training loss")
-    p.add_argument("--transition", metavar="T.npy", default=None,
-                   help="noise transition matrix for --loss forward: C x C .npy, T[i, j] = "
-                        "P(noisy label j | true label i), classes in sorted label order")
-    p.add_argument("--max-iter", type=positive_int, default=1000, help="L-BFGS steps per model at most")
+    add_model_arguments(p)
     p.add_argument("--tol", type=float, default=1e-4, help="L-BFGS stops when max |gradient| is below this")
     p.add_argument("--max-memory", type=memory_size, default=None, metavar="SIZE",
                    help="memory budget, as for 'aflite-fast filter' (e.g. 500M, 2GB, 1GiB; "
@@ -74,13 +62,8 @@ def add_parser(subparsers):
     p.add_argument("--n-jobs", type=positive_int, default=None, metavar="N",
                    help="threads, capped at the available cores (default: all cores); results do "
                         "not depend on it")
-    p.add_argument("--groups", default=None, metavar="FILE",
-                   help="group id per row (read as LABELS is): no group is split between a model's "
-                        "training and held-out rows")
-    p.add_argument("--groups-column", default=None, metavar="NAME|INDEX",
-                   help="group column of a CSV/TSV groups file, as --labels-column")
-    p.add_argument("--groups-header", action="store_true",
-                   help="the first line of the groups file names its columns")
+    add_groups_arguments(p, "group id per row (read as LABELS is): no group is split between a model's "
+                            "training and held-out rows")
     p.add_argument("--quiet", action="store_true", help="no notes or summary")
     return p
 
