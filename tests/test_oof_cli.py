@@ -121,7 +121,7 @@ def test_input_changed_during_the_run_keeps_the_file(files, capsys, monkeypatch)
         return real(*args, **kw)
 
     monkeypatch.setattr(oof, "oof_run", rewriting_run)
-    assert main(["oof", str(tmp / "emb.npy"), str(tmp / "labels.txt"), "--out", str(out)]) == 2
+    assert main(["oof", str(tmp / "emb.npy"), str(tmp / "labels.txt"), "--out", str(out), "--quiet"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"EMB file '{tmp / 'emb.npy'}' changed while this run was using it" in err[0], err
     assert out.read_bytes() == b"previous"

@@ -64,7 +64,7 @@ def add_parser(subparsers):
                         "not depend on it")
     add_groups_arguments(p, "group id per row (read as LABELS is): no group is split between a model's "
                             "training and held-out rows")
-    p.add_argument("--quiet", action="store_true", help="no notes or summary")
+    p.add_argument("--quiet", action="store_true", help="no progress bar, notes or summary")
     return p
 
 
@@ -114,7 +114,7 @@ def run(args):
         result = oof_run(X, y, cv=args.cv, C=args.C, loss=args.loss, loss_params=loss_params,
                          n_partitions=args.n_partitions, train_size=args.train_size, max_memory=args.max_memory,
                          random_state=args.seed, n_jobs=cap_threads(args.n_jobs, prog, args.quiet),
-                         tol=args.tol, max_iter=args.max_iter, groups=groups)
+                         tol=args.tol, max_iter=args.max_iter, groups=groups, progress=not args.quiet)
 
     def write(tmp):
         watch.check()  # inputs changed during the run: keep the previous file
