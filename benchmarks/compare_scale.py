@@ -1,6 +1,6 @@
 """One AFLite phase at the proportions large benchmarks use, against scikit-learn and the arithmetic floor.
 
-Issue 11's benchmark.  For N in {100000, 200000} rows of skewed, embedding-like data
+The large-scale phase benchmark.  For N in {100000, 200000} rows of skewed, embedding-like data
 (``skewed_data.py``, d=768, C=3) and training shares t/N in {0.5, 0.1} (SNLI runs at about
 0.09), one phase of m=64 partitions is timed in ONE run:
 
