@@ -44,7 +44,7 @@ def _import_dask():
         import distributed
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError("the dask backend needs dask and distributed: "
-                          "pip install 'aflite_fast[dask]'") from exc
+                          "pip install 'dask[array,distributed]' (or pip install '.[dask]' in a clone of aflite_fast)") from exc
     return da, distributed
 
 
