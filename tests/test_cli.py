@@ -101,7 +101,7 @@ HEAVY = ("numpy", "numba", "scipy", "sklearn", "tqdm", "threadpoolctl", "aflite_
 
 @pytest.mark.parametrize("argv", [["--version"], ["--help"], ["filter", "--help"], ["demo", "--help"],
                                   ["synthetic", "--help"], ["noise-robust", "--help"],
-                                  ["report", "--help"]])
+                                  ["report", "--help"], ["label-issues", "--help"]])
 def test_help_and_version_import_nothing_heavy(argv, child_process):
     """``aflite-fast --version``/``--help`` (and each subcommand's help) start without the
     kernel, NumPy or Numba: a fresh interpreter's sys.modules after the call says so."""
