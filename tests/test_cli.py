@@ -256,7 +256,7 @@ def test_forward_loss_takes_a_transition_file(emb_files, capsys):
     cases = [(["--loss", "forward"], "--loss forward needs --transition T.npy (a 2 x 2"),
              (["--transition", str(tmp / "T.npy")], "--transition applies to --loss forward only"),
              (["--loss", "forward", "--transition", str(tmp / "T3.npy")], "--transition must have shape (2, 2)"),
-             (["--loss", "forward", "--transition", str(tmp / "nope.npy")], "cannot read --transition")]
+             (["--loss", "forward", "--transition", str(tmp / "nope.npy")], "--transition: cannot read")]
     for extra, message in cases:
         assert main(_filter_args(tmp, "bad", *extra)) == 2
         assert message in capsys.readouterr().err

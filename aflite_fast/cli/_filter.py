@@ -20,7 +20,7 @@ PARAMETER_FLAGS = {
     "slice_size": "--slice-size", "tau": "--tau", "C": "--C", "max_memory": "--max-memory",
     "random_state": "--seed", "n_jobs": "--n-jobs", "max_iter": "--max-iter", "T": "--transition",
     "groups": "--groups", "remove": "--remove", "checkpoint": "--checkpoint", "null": "--null",
-    "n_null": "--n-null", "stop": "--stop",
+    "n_null": "--n-null", "stop": "--stop", "scheduler": "--scheduler",
 }
 
 _DESCRIPTION = """\
@@ -152,10 +152,12 @@ def _loss_params(args, n_classes):
                          "noise transition matrix)")
     import numpy as np
 
+    from ..io.arrayfile import open_array_file
+
     try:
-        T = np.load(args.transition, allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"cannot read --transition {args.transition!r}: {exc}") from exc
+        T = np.array(open_array_file(args.transition, "the transition matrix"))
+    except ValueError as exc:  # names the file and the problem (a text file is not unpickled)
+        raise ValueError(f"--transition: {exc}") from None
     return {"T": T}
 
 
