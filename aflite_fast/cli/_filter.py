@@ -7,7 +7,8 @@ import warnings
 from .._loss_names import LOSS_NAMES
 from .._mode_names import NULL_MODES, REMOVE_MODES, STOP_RULES
 from .._version import __version__
-from ._args import HelpFormatter, add_flag, cap_threads, memory_size, positive_int
+from ._args import (HelpFormatter, add_embedding_and_label_arguments, add_flag, cap_threads, memory_size,
+                    positive_int)
 
 #: Files the command writes into --out, switched in together (aflite_fast.io.atomic).
 OUTPUT_NAMES = ("keep.npy", "scores.npy", "report.json")
@@ -63,13 +64,7 @@ def add_parser(subparsers):
     p = subparsers.add_parser(
         "filter", help="filter an embedding file (.npy) with AFLite", description=_DESCRIPTION,
         epilog=_EPILOG, formatter_class=HelpFormatter)
-    p.add_argument("embeddings", metavar="EMB", help="embeddings: EMB.npy, EMB.npz or EMB.npz:KEY")
-    p.add_argument("labels", metavar="LABELS", help="labels: .npy/.npz, or text/CSV (see below)")
-    p.add_argument("--labels-column", default=None, metavar="NAME|INDEX",
-                   help="label column of a CSV/TSV labels file: a header name (with "
-                        "--labels-header) or a 0-based index")
-    p.add_argument("--labels-header", action="store_true",
-                   help="the first line of the labels file names its columns")
+    add_embedding_and_label_arguments(p, "labels: .npy/.npz, or text/CSV (see below)")
     p.add_argument("--out", required=True, metavar="DIR", help="output directory (created)")
     p.add_argument("--target-size", type=int, required=True, metavar="N",
                    help="n: stop once this many rows remain (never keep fewer); must be below the "

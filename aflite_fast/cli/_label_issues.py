@@ -3,7 +3,7 @@ import os
 import sys
 import time
 
-from ._args import HelpFormatter, add_flag, cap_threads, memory_size, positive_int
+from ._args import HelpFormatter, add_embedding_and_label_arguments, add_flag, cap_threads, memory_size, positive_int
 
 #: Library parameter names -> the flags of this command, for error messages.
 PARAMETER_FLAGS = {"threshold": "--threshold", "n_issues": "--n-issues", "cv": "--cv", "C": "--C",
@@ -33,28 +33,11 @@ Exit codes: 0 done; 2 bad input (one line on stderr, FILE unchanged); 130 Ctrl-C
 
 
 def add_parser(subparsers):
-    """Register the ``label-issues`` subcommand.
-
-    Parameters
-    ----------
-    subparsers : argparse._SubParsersAction
-        The object returned by ``ArgumentParser.add_subparsers()``.
-
-    Returns
-    -------
-    parser : argparse.ArgumentParser
-        The subcommand's parser; its default ``func`` is :func:`run`.
-    """
+    """Register ``label-issues`` on ``subparsers`` and return its parser."""
     p = subparsers.add_parser(
         "label-issues", help="rank likely-mislabeled rows from out-of-sample probabilities",
         description=_DESCRIPTION, formatter_class=HelpFormatter)
-    p.add_argument("embeddings", metavar="EMB", help="embeddings: EMB.npy, EMB.npz or EMB.npz:KEY")
-    p.add_argument("labels", metavar="LABELS", help="labels: .npy/.npz, or text/CSV (as 'aflite-fast filter')")
-    p.add_argument("--labels-column", default=None, metavar="NAME|INDEX",
-                   help="label column of a CSV/TSV labels file: a header name (with --labels-header) "
-                        "or a 0-based index")
-    p.add_argument("--labels-header", action="store_true",
-                   help="the first line of the labels file names its columns")
+    add_embedding_and_label_arguments(p, "labels: .npy/.npz, or text/CSV (as 'aflite-fast filter')")
     p.add_argument("--out", required=True, metavar="FILE",
                    help="flagged rows: FILE.npy (row indices) or CSV text (any other name)")
     p.add_argument("--method", choices=sorted(METHODS), default="self-confidence", help="the filter")
