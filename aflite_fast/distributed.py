@@ -43,8 +43,8 @@ def _import_dask():
         import dask.array as da
         import distributed
     except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ImportError("the dask backend needs dask and distributed: "
-                          "pip install 'dask[array,distributed]' (or pip install '.[dask]' in a clone of aflite_fast)") from exc
+        raise ImportError("the dask backend needs dask and distributed: pip install 'dask[array,distributed]' "
+                          "(or pip install '.[dask]' in a clone of aflite_fast)") from exc
     return da, distributed
 
 
