@@ -31,7 +31,8 @@ from . import engine, kernel
 from ._memory import parse_memory
 from .io.arrayfile import open_array_file
 from ._rows import membership_matrix
-from .data import SCAN_CHUNK_BYTES, check_dtype, gather_rows, scan_block
+from .data import check_dtype, gather_rows, scan_block, scan_chunk_rows
+from .io.fingerprint import block_digests
 from .losses import resolve_loss
 
 __all__ = ["DaskEmbeddings", "DaskPhaseScores", "as_dask_array", "connect", "score_phase_dask",
@@ -53,7 +54,7 @@ def _import_dask():
 def default_chunk_rows(n_features, itemsize):
     """Rows per chunk: the row block of ``data.scan_rows`` (64 MiB), so that no scan block
     spans two chunks and computing the centre moves no rows between workers."""
-    return max(1, SCAN_CHUNK_BYTES // max(1, n_features * itemsize))
+    return scan_chunk_rows(n_features, itemsize)
 
 
 def _read_raw_rows(path, offset, dtype, shape, start, stop):
@@ -251,15 +252,21 @@ def _stack(pieces):
 
 # ----------------------------------------------------------------------------- centre
 
-def _scan_block(start, *pieces):
-    return scan_block(_stack(pieces), start)
+def _scan_block(start, n_rows, hash_rows, *pieces):
+    """``scan_block`` of a chunk, and the fingerprint's digests of its blocks when ``hash_rows``."""
+    rows = _stack(pieces)
+    problem, sums = scan_block(rows, start)
+    return problem, sums, (block_digests(rows, start, n_rows) if hash_rows and problem is None else None)
 
 
-def scan_rows_dask(X, progress=None):
+def scan_rows_dask(X, progress=None, fingerprint=None):
     """``data.scan_rows`` on the cluster: checks every value is finite, returns column means.
 
     The row blocks are those of ``data.scan_rows`` and their float64 sums are added on the
-    client in the same order, so the result is bitwise the local one.
+    client in the same order, so the result is bitwise the local one.  With ``fingerprint``
+    (a :class:`aflite_fast.io.fingerprint.ContentHash`) each worker also hashes its block's
+    rows where they are and the client takes the digests in order: the fingerprint equals
+    the local scan's.
 
     Raises
     ------
@@ -268,16 +275,19 @@ def scan_rows_dask(X, progress=None):
     """
     X = DaskEmbeddings.open(X)
     n, d = X.shape
-    step = max(1, SCAN_CHUNK_BYTES // max(1, d * X.dtype.itemsize))
+    step = scan_chunk_rows(d, X.dtype.itemsize)
     futs = []
     for start in range(0, n, step):
         rows = np.arange(start, min(n, start + step), dtype=np.int64)
-        futs.append(X.client.submit(_scan_block, start, *[f for f, _, _ in X.pieces(rows)], pure=False))
+        futs.append(X.client.submit(_scan_block, start, n, fingerprint is not None,
+                                    *[f for f, _, _ in X.pieces(rows)], pure=False))
     total = np.zeros(d, dtype=np.float64)
-    for (problem, block_sum), start in zip(X.client.gather(futs), range(0, n, step)):
+    for (problem, block_sum, digests), start in zip(X.client.gather(futs), range(0, n, step)):
         if problem is not None:
             raise ValueError(problem)
         total += block_sum
+        if fingerprint is not None:
+            fingerprint.add_digests(start, digests, min(n, start + step) - start)
         if progress is not None:
             progress.update(min(n, start + step) - start)
     return total / n

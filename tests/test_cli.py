@@ -264,7 +264,8 @@ def test_forward_loss_takes_a_transition_file(emb_files, capsys):
 
 
 SUBCOMMAND_THREAD_FLAGS = {"filter": ("--n-jobs", "--n-partitions"), "demo": ("--n-jobs",),
-                           "synthetic": ("--n-jobs", "--n-partitions"), "noise-robust": ("--n-jobs",)}
+                           "synthetic": ("--n-jobs", "--n-partitions"), "noise-robust": ("--n-jobs",),
+                           "oof": ("--n-jobs", "--n-partitions"), "label-issues": ("--n-jobs",)}
 
 
 @pytest.mark.parametrize("command", sorted(SUBCOMMAND_THREAD_FLAGS))
@@ -276,7 +277,8 @@ def test_one_flag_vocabulary_with_old_spellings_as_hidden_aliases(command, capsy
     text = _help(capsys, command, "--help")
     parser = build_parser()
     required = {"filter": ["E", "L", "--out", "o", "--target-size", "1", "--train-size", "1"],
-                "synthetic": ["--out", "o"], "noise-robust": ["--out", "o"], "demo": []}[command]
+                "synthetic": ["--out", "o"], "noise-robust": ["--out", "o"], "demo": [],
+                "oof": ["E", "L", "--out", "o.npy"], "label-issues": ["E", "L", "--out", "o.csv"]}[command]
     for flag in SUBCOMMAND_THREAD_FLAGS[command]:
         old = {"--n-jobs": "--threads", "--n-partitions": "--partitions"}[flag]
         assert flag in text and old not in text
@@ -284,4 +286,4 @@ def test_one_flag_vocabulary_with_old_spellings_as_hidden_aliases(command, capsy
         assert getattr(parser.parse_args([command, *required, flag, "3"]), dest) == 3
         assert getattr(parser.parse_args([command, *required, old, "3"]), dest) == 3
         default = getattr(parser.parse_args([command, *required]), dest)
-        assert default == (64 if flag == "--n-partitions" else None)
+        assert default == (64 if flag == "--n-partitions" and command != "oof" else None)

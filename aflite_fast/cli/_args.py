@@ -104,18 +104,6 @@ def name_flags(message, flags):
 _SUBJECT_FOLLOWERS = r" (?:must|has|holds|contains|needs|is|cannot|should)\b| ['\"]|[:.,)]|$"
 
 
-def add_embedding_and_label_arguments(parser, labels_help):
-    """The positional EMB and LABELS and the label-file flags, the same in every command that
-    reads an embedding file and its labels (``filter``, ``label-issues``)."""
-    parser.add_argument("embeddings", metavar="EMB", help="embeddings: EMB.npy, EMB.npz or EMB.npz:KEY")
-    parser.add_argument("labels", metavar="LABELS", help=labels_help)
-    parser.add_argument("--labels-column", default=None, metavar="NAME|INDEX",
-                        help="label column of a CSV/TSV labels file: a header name (with "
-                             "--labels-header) or a 0-based index")
-    parser.add_argument("--labels-header", action="store_true",
-                        help="the first line of the labels file names its columns")
-
-
 def add_flag(parser, flag, *aliases, **kwargs):
     """``parser.add_argument(flag, **kwargs)``, plus each of ``aliases`` (an older spelling)
     accepted with the same meaning but not shown by ``--help``, which names ``flag`` only.

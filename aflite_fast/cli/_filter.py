@@ -7,8 +7,7 @@ import warnings
 from .._loss_names import LOSS_NAMES
 from .._mode_names import NULL_MODES, REMOVE_MODES, STOP_RULES
 from .._version import __version__
-from ._args import (HelpFormatter, add_embedding_and_label_arguments, add_flag, cap_threads, memory_size,
-                    positive_int)
+from ._args import HelpFormatter, add_flag, cap_threads, memory_size, positive_int
 
 #: Files the command writes into --out, switched in together (aflite_fast.io.atomic).
 OUTPUT_NAMES = ("keep.npy", "scores.npy", "report.json")
@@ -60,11 +59,42 @@ def train_size_arg(text):
             raise ValueError(f"--train-size must be an integer or a fraction, got {text!r}") from None
 
 
+def add_input_arguments(p, labels_help="labels: .npy/.npz, or text/CSV (see below)"):
+    """EMB, LABELS and the options of a labels file (``filter``, ``oof`` and ``label-issues``
+    read them alike)."""
+    p.add_argument("embeddings", metavar="EMB", help="embeddings: EMB.npy, EMB.npz or EMB.npz:KEY")
+    p.add_argument("labels", metavar="LABELS", help=labels_help)
+    p.add_argument("--labels-column", default=None, metavar="NAME|INDEX",
+                   help="label column of a CSV/TSV labels file: a header name (with "
+                        "--labels-header) or a 0-based index")
+    p.add_argument("--labels-header", action="store_true",
+                   help="the first line of the labels file names its columns")
+
+
+def add_model_arguments(p):
+    """The linear models' options: --C, --loss, --transition, --max-iter."""
+    p.add_argument("--C", type=float, default=1.0, help="inverse L2 strength (scikit-learn's C)")
+    p.add_argument("--loss", choices=LOSS_NAMES, default="ce", help="training loss")
+    p.add_argument("--transition", metavar="T.npy", default=None,
+                   help="noise transition matrix for --loss forward: C x C .npy, T[i, j] = "
+                        "P(noisy label j | true label i), classes in sorted label order")
+    p.add_argument("--max-iter", type=positive_int, default=1000, help="L-BFGS steps per model at most")
+
+
+def add_groups_arguments(p, help):
+    """--groups FILE (``help`` says what the command does with it) and the options of its file."""
+    p.add_argument("--groups", default=None, metavar="FILE", help=help)
+    p.add_argument("--groups-column", default=None, metavar="NAME|INDEX",
+                   help="group column of a CSV/TSV groups file, as --labels-column")
+    p.add_argument("--groups-header", action="store_true",
+                   help="the first line of the groups file names its columns")
+
+
 def add_parser(subparsers):
     p = subparsers.add_parser(
         "filter", help="filter an embedding file (.npy) with AFLite", description=_DESCRIPTION,
         epilog=_EPILOG, formatter_class=HelpFormatter)
-    add_embedding_and_label_arguments(p, "labels: .npy/.npz, or text/CSV (see below)")
+    add_input_arguments(p)
     p.add_argument("--out", required=True, metavar="DIR", help="output directory (created)")
     p.add_argument("--target-size", type=int, required=True, metavar="N",
                    help="n: stop once this many rows remain (never keep fewer); must be below the "
@@ -79,12 +109,7 @@ def add_parser(subparsers):
                    help="remove only rows predicted correctly by at least this share of the models "
                         "that held them out; filtering stops when fewer than K rows reach it (see "
                         "--stop); lower it to filter harder")
-    p.add_argument("--C", type=float, default=1.0, help="inverse L2 strength (scikit-learn's C)")
-    p.add_argument("--loss", choices=LOSS_NAMES, default="ce", help="training loss")
-    p.add_argument("--transition", metavar="T.npy", default=None,
-                   help="noise transition matrix for --loss forward: C x C .npy, T[i, j] = "
-                        "P(noisy label j | true label i), classes in sorted label order")
-    p.add_argument("--max-iter", type=positive_int, default=1000, help="L-BFGS steps per model at most")
+    add_model_arguments(p)
     p.add_argument("--max-memory", type=memory_size, default=None, metavar="SIZE",
                    help="memory budget: bytes, or K/M/G/T (powers of 1000, also KB/MB/GB/TB) or "
                         "Ki/Mi/Gi/Ti (powers of 1024, also KiB/...), e.g. 500M, 2GB, 1GiB "
@@ -95,14 +120,9 @@ def add_parser(subparsers):
                         "not depend on it")
     p.add_argument("--scheduler", default=None, metavar="ADDRESS",
                    help="run on a Dask cluster (e.g. tcp://host:8786); needs dask (pip install '.[dask]' in a clone)")
-    p.add_argument("--groups", default=None, metavar="FILE",
-                   help="group id per row (.npy/.npz, or text read as LABELS is, see below): every "
-                        "model trains on whole groups, so rows of a group are never split between "
-                        "training and held out")
-    p.add_argument("--groups-column", default=None, metavar="NAME|INDEX",
-                   help="group column of a CSV/TSV groups file, as --labels-column")
-    p.add_argument("--groups-header", action="store_true",
-                   help="the first line of the groups file names its columns")
+    add_groups_arguments(p, "group id per row (.npy/.npz, or text read as LABELS is, see below): every "
+                            "model trains on whole groups, so rows of a group are never split between "
+                            "training and held out")
     p.add_argument("--remove", choices=REMOVE_MODES, default="row",
                    help="row: remove single rows; group: remove whole groups whose mean score "
                         "reaches tau (needs --groups)")
@@ -161,10 +181,14 @@ def run(args):
     from ..io.labelfile import read_labels_file
     from ..data import open_embeddings
     from ..io.atomic import OutputSet
+    from ..io.watch import InputWatch
     from .._solver_status import ConvergenceWarning, total_status
 
     prog = "aflite-fast filter"
     start = time.perf_counter()
+    # checked again before the outputs are committed (the run checks EMB at every phase too)
+    watch = InputWatch([("EMB", args.embeddings), ("LABELS", args.labels), ("--groups", args.groups),
+                        ("--transition", args.transition)])
     X = open_embeddings(args.embeddings)
     y = read_labels_file(args.labels, column=args.labels_column, header=args.labels_header)
     n_rows = X.shape[0]
@@ -199,7 +223,8 @@ def run(args):
         extra = dict(backend="dask", client=connect(args.scheduler))
     try:
         # Entered before the first phase: an unwritable or busy --out fails now, not at the end.
-        with OutputSet(args.out, OUTPUT_NAMES + ((PLOT_NAME,) if args.plot else ()), label="--out") as out:
+        with OutputSet(args.out, OUTPUT_NAMES + ((PLOT_NAME,) if args.plot else ()), label="--out",
+                       before_commit=watch.check) as out:
             with warnings.catch_warnings():
                 # counted in the history; the note below says it once, in the CLI's words
                 warnings.simplefilter("ignore", ConvergenceWarning)

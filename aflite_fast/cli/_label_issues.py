@@ -3,7 +3,8 @@ import os
 import sys
 import time
 
-from ._args import HelpFormatter, add_embedding_and_label_arguments, add_flag, cap_threads, memory_size, positive_int
+from ._args import HelpFormatter, add_flag, cap_threads, memory_size, positive_int
+from ._filter import add_input_arguments
 
 #: Library parameter names -> the flags of this command, for error messages.
 PARAMETER_FLAGS = {"threshold": "--threshold", "n_issues": "--n-issues", "cv": "--cv", "C": "--C",
@@ -37,7 +38,7 @@ def add_parser(subparsers):
     p = subparsers.add_parser(
         "label-issues", help="rank likely-mislabeled rows from out-of-sample probabilities",
         description=_DESCRIPTION, formatter_class=HelpFormatter)
-    add_embedding_and_label_arguments(p, "labels: .npy/.npz, or text/CSV (as 'aflite-fast filter')")
+    add_input_arguments(p, "labels: .npy/.npz, or text/CSV (as 'aflite-fast filter')")
     p.add_argument("--out", required=True, metavar="FILE",
                    help="flagged rows: FILE.npy (row indices) or CSV text (any other name)")
     p.add_argument("--method", choices=sorted(METHODS), default="self-confidence", help="the filter")
