@@ -378,7 +378,10 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
     else:
         entropy = engine.seed_entropy(random_state)
     options = SolverOptions(tol=tol, max_iter=max_iter)
-    engine.parse_memory(max_memory)  # fail early on a bad budget string
+    budget = engine.parse_memory(max_memory)  # fail early on a bad budget string
+    if backend == "local":  # ... and on a phase the budget cannot hold (before allocating it)
+        engine.check_phase_memory(n_rows, n_rows, settings.n_partitions, settings.train_rows(n_rows),
+                                  n_features, labels.n_classes, budget)
     # a checkpoint needs the fingerprint of every row, which the scan computes as it reads them
     with ContentHash(X.shape, X.dtype, n_threads) if store is not None else nullcontext() as content:
         center = scan(X, fingerprint=content).astype(np.float32)

@@ -22,6 +22,8 @@ d. Fingerprints (:func:`data_fingerprint`): X's shape, dtype and content fingerp
 import hashlib
 import json
 import os
+import tempfile
+import zipfile
 from dataclasses import dataclass, field
 from typing import List, Optional
 
@@ -96,6 +98,17 @@ def _differences(saved, current, prefix=""):
     return out
 
 
+def _check_writable(folder, shown):
+    """Refuse now, before any phase runs, a checkpoint whose directory takes no new file: each
+    save writes a temporary file there and renames it over the checkpoint."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".aflite-checkpoint-probe-", dir=folder)
+    except OSError as exc:
+        raise ValueError(f"checkpoint {shown!r} cannot be written: {exc.strerror or exc} in {folder!r}") from None
+    os.close(fd)
+    os.unlink(probe)
+
+
 class Checkpoint:
     """The checkpoint file of one run (see the module docstring).
 
@@ -118,13 +131,20 @@ class Checkpoint:
         self._bound = None
         if os.path.exists(self.path):
             self._header, self._arrays = self._read()
+        _check_writable(folder, os.fspath(path))
 
     def _read(self):
+        with open(self.path, "rb") as fh:
+            start = fh.read(4)
+        if start != b"PK\x03\x04":  # an .npz is a zip archive; never let np.load guess (pickle advice)
+            kind = "a .npy array" if start == b"\x93NUM" else "empty" if not start else "not an .npz archive"
+            raise ValueError(f"checkpoint {self.path!r} exists but is not a readable aflite_fast checkpoint ({kind}); "
+                             "remove it or give another path")
         try:
             with np.load(self.path, allow_pickle=False) as npz:
                 header = json.loads(npz["header"].tobytes().decode("utf-8"))
                 arrays = {name: npz[name] for name in _ARRAYS}
-        except (OSError, ValueError, KeyError, EOFError, UnicodeDecodeError) as exc:
+        except (OSError, ValueError, KeyError, EOFError, UnicodeDecodeError, zipfile.BadZipFile) as exc:
             raise ValueError(f"checkpoint {self.path!r} exists but is not a readable aflite_fast checkpoint "
                              f"({exc}); remove it or give another path") from exc
         if header.get("format") != FORMAT or header.get("version") != VERSION:

@@ -44,8 +44,8 @@ def _import_dask():
         import dask.array as da
         import distributed
     except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ImportError("the dask backend needs dask and distributed: "
-                          "pip install 'aflite_fast[dask]'") from exc
+        raise ImportError("the dask backend needs dask and distributed: pip install 'dask[array,distributed]' "
+                          "(or pip install '.[dask]' in a clone of aflite_fast)") from exc
     return da, distributed
 
 
@@ -495,6 +495,11 @@ def score_phase_dask(X, codes, active, center, train_pos, *, n_classes, C=1.0, l
 
 # ----------------------------------------------------------------------------- CLI helpers
 
+#: Seconds to wait for a scheduler to answer: dask's default (30 s, with retries) makes a typo
+#: in the address look like a hang; a live scheduler answers in milliseconds.
+CONNECT_TIMEOUT = 5
+
+
 def connect(scheduler):
     """A ``distributed.Client`` for ``scheduler``: an address such as ``tcp://host:8786``, a
     scheduler file (``*.json``), or ``"local"`` / ``"local:N"`` for a LocalCluster of N worker
@@ -502,17 +507,28 @@ def connect(scheduler):
     _, distributed = _import_dask()
     scheduler = os.fspath(scheduler)
     if scheduler == "local" or scheduler.startswith("local:"):
-        n = int(scheduler.split(":", 1)[1]) if ":" in scheduler else (os.cpu_count() or 1)
+        count = scheduler.split(":", 1)[1] if ":" in scheduler else str(os.cpu_count() or 1)
+        if not count.isdigit() or int(count) < 1:
+            raise ValueError(f"scheduler {scheduler!r}: local:N needs a positive number of workers N")
+        n = int(count)
         cluster = distributed.LocalCluster(n_workers=n, threads_per_worker=1, processes=True)
         client = distributed.Client(cluster)
         client._aflite_cluster = cluster  # closed with the client (see close_client)
         return client
+    if scheduler.endswith(".json") and not os.path.isfile(scheduler):
+        # dask would wait for the file to appear, without end
+        raise ValueError(f"scheduler {scheduler!r}: no such scheduler file")
     try:
         if scheduler.endswith(".json"):
-            return distributed.Client(scheduler_file=scheduler)
-        return distributed.Client(scheduler)
-    except OSError as exc:
-        raise ValueError(f"cannot connect to the dask scheduler at {scheduler!r}: {exc}") from exc
+            return distributed.Client(scheduler_file=scheduler, timeout=CONNECT_TIMEOUT)
+        return distributed.Client(scheduler, timeout=CONNECT_TIMEOUT)
+    except (OSError, TimeoutError) as exc:
+        raise ValueError(f"scheduler {scheduler!r}: no dask scheduler answered there within {CONNECT_TIMEOUT} s "
+                         f"({exc})") from None
+    except Exception:  # noqa: BLE001
+        # Something that is not a dask scheduler answered; dask can read its bytes as a frame
+        # length of exabytes (a MemoryError) or fail to decode them: no internals shown.
+        raise ValueError(f"scheduler {scheduler!r}: something answered there, but not a dask scheduler") from None
 
 
 def close_client(client):

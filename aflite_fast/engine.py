@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import _kernel, kernel
-from ._memory import parse_memory
+from ._memory import format_size, parse_memory
 from ._rows import membership_matrix
 from .data import GATHER_CHUNK_BYTES, gather_rows
 
@@ -230,6 +230,22 @@ def phase_overhead_bytes(n_rows, n_active, n_models, train_size, n_features, n_c
             + (GATHER_CHUNK_BYTES if budget is None else gather_chunk_bytes(budget)))
 
 
+def check_phase_memory(n_rows, n_active, n_models, train_size, n_features, n_classes, budget,
+                       with_proba=False):
+    """:func:`phase_overhead_bytes` of a phase, or a MemoryError with the numbers when the
+    budget does not cover it.  Called before anything of that size is allocated (the loop
+    calls it before its first phase), so a huge ``n_partitions`` is refused in these words,
+    not by NumPy failing to allocate terabytes."""
+    overhead = phase_overhead_bytes(n_rows, n_active, n_models, train_size, n_features, n_classes,
+                                    with_proba, budget=budget)
+    if overhead >= budget:
+        raise MemoryError(
+            f"max_memory={format_size(budget)} does not cover the per-row arrays of this phase "
+            f"({format_size(overhead)} for {n_active} active rows and {n_models} partitions); "
+            "raise max_memory or lower n_partitions")
+    return overhead
+
+
 def plan_blocks(member, budget, n_features, n_classes, history, overhead=0, n_threads=1):
     """Group partitions (columns of ``member``) into blocks whose training rows fit ``budget``.
 
@@ -377,14 +393,8 @@ def score_phase(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="
     m, t = train_pos.shape
     d = X.shape[1]
     D = d + 1
-    overhead = phase_overhead_bytes(X.shape[0], n_active, m, t, d, n_classes, proba_sum is not None,
-                                    budget=budget)
+    overhead = check_phase_memory(X.shape[0], n_active, m, t, d, n_classes, budget, proba_sum is not None)
     gather_bytes = gather_chunk_bytes(budget)
-    if overhead >= budget:
-        raise MemoryError(
-            f"max_memory={budget / 1e9:.3g} GB does not cover the per-row arrays of this phase "
-            f"({overhead / 1e9:.3g} GB for {n_active} active rows and {m} partitions); "
-            "raise max_memory or lower n_partitions")
     budget -= overhead
     member = membership_matrix(train_pos, n_active, np.empty((n_active, m), dtype=np.uint8))
     blocks = plan_blocks(member, budget, d, n_classes, options.history, overhead, n_threads)

@@ -266,16 +266,18 @@ def oof_run(X, y, *, cv=5, C=1.0, loss="ce", loss_params=None, n_partitions=None
     C = _check_C(C)
     options = kernel.SolverOptions(tol=tol, max_iter=max_iter)
     n_threads = effective_n_threads(n_jobs)
-    parse_memory(max_memory)  # fail early on a bad budget string
+    budget = parse_memory(max_memory)  # fail early on a bad budget string
     if n_partitions is not None:
         labels = encode_labels(y, n_rows)
         spec = resolve_loss(loss, loss_params, labels.n_classes)
         settings = validate_settings(n_rows, target_size=0, n_partitions=n_partitions,
                                      train_size=0.5 if train_size is None else train_size,
                                      slice_size=1, tau=0.5, C=C)
+        t = settings.train_rows(n_rows)
+        engine.check_phase_memory(n_rows, n_rows, settings.n_partitions, t, X.shape[1], labels.n_classes,
+                                  budget, with_proba=True)  # before allocating the partitions
         with _progress_bar(progress, n_rows) as bar:
             center = scan_rows(X, progress=bar).astype(np.float32)
-        t = settings.train_rows(n_rows)
         train_pos = engine.partition_train_positions(engine.seed_entropy(random_state), 0, n_rows, t,
                                                      settings.n_partitions,
                                                      groups=partition_groups(groups, n_rows, t))

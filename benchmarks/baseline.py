@@ -1,6 +1,6 @@
 """Plain reference implementation of AFLite: one scikit-learn LogisticRegression per partition.
 
-This is the "obvious" implementation the package is measured against (issue 2, Benchmark):
+This is the "obvious" implementation the package is measured against (``compare_phase.py``):
 
 a. for each of m partitions, take a uniform random training set of size t from the active
    rows, fit ``sklearn.linear_model.LogisticRegression(C=C, max_iter=..., tol=...)`` on it in a

@@ -1,6 +1,6 @@
 """Time aflite_fast against the plain scikit-learn implementation in ONE run; print a markdown table.
 
-Issue 2's benchmark: one filtering phase at N=20000, d=768, C=3, m=64, t=10000 on skewed,
+The one-phase comparison: one filtering phase at N=20000, d=768, C=3, m=64, t=10000 on skewed,
 embedding-like data (``skewed_data.py``), against one ``sklearn.linear_model.LogisticRegression``
 per partition in a Python loop (``baseline.py``), on exactly the same partitions (the package's
 own sampler); and a full multi-phase run (the package warm-starts each phase from the last).

@@ -1,6 +1,6 @@
 """L-BFGS iterations per model with and without the solver's preconditioner, at the same optimum.
 
-Issue 11's second deliverable: one AFLite phase (``engine.score_phase``, the package's own
+Solver iterations with and without the preconditioner: one AFLite phase (``engine.score_phase``, the package's own
 partitions) on each data set, once with ``SolverOptions(precondition=False)`` (H0 = identity,
 the solver before the preconditioner) and once with the default preconditioner.  Printed per
 data set: mean / max iterations of the partitions' models, the largest relative difference of

@@ -8,10 +8,10 @@ what is left should fall toward chance.
 """
 import time
 
-from ._args import cap_threads, positive_int
+from ._args import add_flag, cap_threads, positive_int
 
 #: Library parameter names -> this command's flags, for error messages.
-PARAMETER_FLAGS = {"n_jobs": "--threads", "n_samples": "--n-samples", "random_state": "--seed"}
+PARAMETER_FLAGS = {"n_jobs": "--n-jobs", "n_samples": "--n-samples", "random_state": "--seed"}
 
 
 def add_parser(subparsers):
@@ -20,7 +20,7 @@ def add_parser(subparsers):
         description=__doc__.split("\n\n")[0])
     p.add_argument("--n-samples", type=int, default=6000, help="rows (default 6000)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    p.add_argument("--threads", type=positive_int, default=None,
+    add_flag(p, "--n-jobs", "--threads", type=positive_int, default=None, metavar="N",
                    help="threads, capped at the available cores (default: all cores)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
@@ -77,7 +77,7 @@ def demo_table(n_samples=6000, seed=0, n_jobs=None, progress=True):
 
 
 def run(args):
-    threads = cap_threads(args.threads, "aflite-fast demo", args.quiet)
+    threads = cap_threads(args.n_jobs, "aflite-fast demo", args.quiet)
     measures, result, seconds = demo_table(args.n_samples, args.seed, threads, not args.quiet)
     width = max(len(name) for name in measures)
     print(f"AFLite demo: circles + spurious features on 75% of rows "

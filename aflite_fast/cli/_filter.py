@@ -7,7 +7,7 @@ import warnings
 from .._loss_names import LOSS_NAMES
 from .._mode_names import NULL_MODES, REMOVE_MODES, STOP_RULES
 from .._version import __version__
-from ._args import HelpFormatter, cap_threads, memory_size, positive_int
+from ._args import HelpFormatter, add_flag, cap_threads, memory_size, positive_int
 
 #: Files the command writes into --out, switched in together (aflite_fast.io.atomic).
 OUTPUT_NAMES = ("keep.npy", "scores.npy", "report.json")
@@ -16,11 +16,11 @@ PLOT_NAME = "report.png"
 
 #: Library parameter names -> the flags of this command, for error messages.
 PARAMETER_FLAGS = {
-    "target_size": "--target-size", "n_partitions": "--partitions", "train_size": "--train-size",
+    "target_size": "--target-size", "n_partitions": "--n-partitions", "train_size": "--train-size",
     "slice_size": "--slice-size", "tau": "--tau", "C": "--C", "max_memory": "--max-memory",
-    "random_state": "--seed", "n_jobs": "--threads", "max_iter": "--max-iter", "T": "--transition",
+    "random_state": "--seed", "n_jobs": "--n-jobs", "max_iter": "--max-iter", "T": "--transition",
     "groups": "--groups", "remove": "--remove", "checkpoint": "--checkpoint", "null": "--null",
-    "n_null": "--n-null", "stop": "--stop",
+    "n_null": "--n-null", "stop": "--stop", "scheduler": "--scheduler",
 }
 
 _DESCRIPTION = """\
@@ -59,10 +59,11 @@ def train_size_arg(text):
             raise ValueError(f"--train-size must be an integer or a fraction, got {text!r}") from None
 
 
-def add_input_arguments(p):
-    """EMB, LABELS and the options of a labels file (``filter`` and ``oof`` read them alike)."""
+def add_input_arguments(p, labels_help="labels: .npy/.npz, or text/CSV (see below)"):
+    """EMB, LABELS and the options of a labels file (``filter``, ``oof`` and ``label-issues``
+    read them alike)."""
     p.add_argument("embeddings", metavar="EMB", help="embeddings: EMB.npy, EMB.npz or EMB.npz:KEY")
-    p.add_argument("labels", metavar="LABELS", help="labels: .npy/.npz, or text/CSV (see below)")
+    p.add_argument("labels", metavar="LABELS", help=labels_help)
     p.add_argument("--labels-column", default=None, metavar="NAME|INDEX",
                    help="label column of a CSV/TSV labels file: a header name (with "
                         "--labels-header) or a 0-based index")
@@ -98,7 +99,7 @@ def add_parser(subparsers):
     p.add_argument("--target-size", type=int, required=True, metavar="N",
                    help="n: stop once this many rows remain (never keep fewer); must be below the "
                         "number of rows, e.g. the size you want the filtered set to have")
-    p.add_argument("--partitions", type=int, default=64, metavar="M", help="m: models per phase")
+    add_flag(p, "--n-partitions", "--partitions", type=int, default=64, metavar="M", help="m: models per phase")
     p.add_argument("--train-size", type=train_size_arg, required=True, metavar="T",
                    help="t: training rows per model (an integer), or a fraction in (0, 1) of the "
                         "active rows; the paper uses the size of the embedding model's warm-up "
@@ -114,11 +115,11 @@ def add_parser(subparsers):
                         "Ki/Mi/Gi/Ti (powers of 1024, also KiB/...), e.g. 500M, 2GB, 1GiB "
                         "(default: RAM / 4)")
     p.add_argument("--seed", type=int, default=0, help="random seed")
-    p.add_argument("--threads", type=positive_int, default=None,
+    add_flag(p, "--n-jobs", "--threads", type=positive_int, default=None, metavar="N",
                    help="threads, capped at the available cores (default: all cores); results do "
                         "not depend on it")
     p.add_argument("--scheduler", default=None, metavar="ADDRESS",
-                   help="run on a Dask cluster (e.g. tcp://host:8786); needs aflite_fast[dask]")
+                   help="run on a Dask cluster (e.g. tcp://host:8786); needs dask (pip install '.[dask]' in a clone)")
     add_groups_arguments(p, "group id per row (.npy/.npz, or text read as LABELS is, see below): every "
                             "model trains on whole groups, so rows of a group are never split between "
                             "training and held out")
@@ -140,7 +141,7 @@ def add_parser(subparsers):
                         "null's mean + 3 sd (at least sqrt(mean)) x sqrt(1 + 1/N); both: whichever "
                         "comes first (docs/null.md)")
     p.add_argument("--plot", action="store_true",
-                   help="also draw DIR/report.png (see 'aflite-fast report'); needs aflite_fast[plots]")
+                   help="also draw DIR/report.png (see 'aflite-fast report'); needs matplotlib")
     p.add_argument("--quiet", action="store_true", help="no progress bar, notes or summary")
     return p
 
@@ -166,10 +167,12 @@ def _loss_params(args, n_classes):
                          "noise transition matrix)")
     import numpy as np
 
+    from ..io.arrayfile import open_array_file
+
     try:
-        T = np.load(args.transition, allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"cannot read --transition {args.transition!r}: {exc}") from exc
+        T = np.array(open_array_file(args.transition, "the transition matrix"))
+    except ValueError as exc:  # names the file and the problem (a text file is not unpickled)
+        raise ValueError(f"--transition: {exc}") from None
     return {"T": T}
 
 
@@ -208,14 +211,14 @@ def run(args):
     import numpy as np
 
     loss_params = _loss_params(args, len(np.unique(y)))
-    params = dict(target_size=args.target_size, n_partitions=args.partitions,
+    params = dict(target_size=args.target_size, n_partitions=args.n_partitions,
                   train_size=args.train_size, slice_size=args.slice_size, tau=args.tau, C=args.C,
                   loss=args.loss, max_memory=args.max_memory, random_state=args.seed,
-                  n_jobs=cap_threads(args.threads, prog, args.quiet), max_iter=args.max_iter,
+                  n_jobs=cap_threads(args.n_jobs, prog, args.quiet), max_iter=args.max_iter,
                   remove=args.remove, null=args.null, n_null=args.n_null, stop=args.stop)
     extra = {}
     if args.scheduler:
-        from ..distributed import close_client, connect  # needs the extra aflite_fast[dask]
+        from ..distributed import close_client, connect  # needs the optional dask
 
         extra = dict(backend="dask", client=connect(args.scheduler))
     try:

@@ -4,7 +4,7 @@ import sys
 import time
 import warnings
 
-from ._args import HelpFormatter, cap_threads, memory_size, positive_int
+from ._args import HelpFormatter, add_flag, cap_threads, memory_size, positive_int
 
 #: Library parameter names -> the flags of this command, for error messages.
 PARAMETER_FLAGS = {
@@ -46,7 +46,7 @@ def add_parser(subparsers):
     p.add_argument("--cv", type=int, default=5, metavar="K",
                    help="stratified folds (StratifiedKFold(K, shuffle=True, random_state=--seed); "
                         "with --groups StratifiedGroupKFold)")
-    p.add_argument("--n-partitions", type=positive_int, default=None, metavar="M",
+    add_flag(p, "--n-partitions", "--partitions", type=positive_int, default=None, metavar="M",
                    help="instead of folds, M random training sets of --train-size rows (AFLite's "
                         "partitions), each row's probabilities averaged over the models that held it "
                         "out; a row no model held out is NaN")
@@ -59,7 +59,7 @@ def add_parser(subparsers):
                    help="memory budget, as for 'aflite-fast filter' (e.g. 500M, 2GB, 1GiB; "
                         "default: RAM / 4); results do not depend on it")
     p.add_argument("--seed", type=int, default=0, help="random seed of the folds (or partitions)")
-    p.add_argument("--n-jobs", type=positive_int, default=None, metavar="N",
+    add_flag(p, "--n-jobs", "--threads", type=positive_int, default=None, metavar="N",
                    help="threads, capped at the available cores (default: all cores); results do "
                         "not depend on it")
     add_groups_arguments(p, "group id per row (read as LABELS is): no group is split between a model's "
