@@ -72,8 +72,10 @@ def extensions():
         depends=[os.path.join(CSRC, h) for h in ("afl_gemm.h", "afl_gemm_impl.h", "afl_losses.h",
                                                   "afl_omp.h", "afl_member.h", "afl_member_impl.h")],
     )
+    # the row helpers of the filtering path (input checks, membership): no OpenMP, no csrc
+    rowscan = Extension("aflite_fast._rowscan", sources=["aflite_fast/_rowscan.pyx"])
     return cythonize(
-        [kernel],
+        [kernel, rowscan],
         compiler_directives={"language_level": 3, "boundscheck": False, "wraparound": False,
                              "cdivision": True, "initializedcheck": False},
     )

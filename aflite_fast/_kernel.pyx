@@ -13,12 +13,15 @@ C. Objective of model j: mean loss over its n_j rows + l2_j / 2 * ||W_j||^2.  Wi
    l2_j = 1 / (C * n_j) the optimum is scikit-learn's LogisticRegression(C=C).
 D. Solver: L-BFGS with a backtracking (Armijo) line search, one state machine per model, so
    each model converges on its own; models that have converged leave the pass.
-E. Preconditioning: the initial inverse Hessian of L-BFGS may be a symmetric matrix
-   ``precond`` (D x D) shared by the block's models (kernel.preconditioner: the inverse of
-   the rows' second-moment matrix times the softmax curvature, plus the L2 weight), scaled
-   by s'y / y'Hy as usual.  It changes the path, not the optimum; on embeddings whose
-   feature variances span orders of magnitude it cuts the iterations several-fold.  The
-   products with it are one GEMM per round for all models that need a new direction.
+E. Preconditioning: the initial inverse Hessian H0 of L-BFGS may be shared by the block's
+   models (kernel.preconditioner: the inverse of the rows' second-moment matrix times the
+   softmax curvature, plus the L2 weight), scaled by s'y / y'Hy as usual, in one of three
+   forms (``_precond_apply``): dense (D x D), low rank plus diagonal
+   (diag(h) + F' G F with F r x D, G r x r: e.g. the exact inverse by the Woodbury identity),
+   or diagonal.  It changes the path, not the
+   optimum; on embeddings whose feature variances span orders of magnitude it cuts the
+   iterations several-fold.  The products with it are one to three GEMMs per round for all
+   models that need a new direction.
 F. Determinism: a model's loss and gradient are sums over its rows in an order fixed by
    positions in the active set (see afl_member.h); the preconditioner product is a GEMM
    with fixed K-blocks.  So no result depends on the thread count, on B, or on which other
@@ -345,6 +348,122 @@ cdef void _solver_direction(int64_t P, int hist, int *state, int n_iter, const d
     state[0] = ST_SEARCH
 
 
+# forms of the preconditioner (kernel.Preconditioner.form)
+cdef enum:
+    PRE_NONE = 0
+    PRE_DENSE = 1       # H0 = dense (D x D)
+    PRE_LOWRANK = 2     # H0 = diag(h) + F' G F, F (r x D), G (r x r)
+    PRE_DIAGONAL = 3    # H0 = diag(h)
+
+ctypedef struct _precond_t:
+    int kind
+    const float *dense
+    const float *diag
+    const float *factor
+    const float *core
+    int64_t r
+    const int64_t *rb     # K-blocks over the r rows of the factor
+    int64_t nrb
+
+
+cdef int _precond_apply(const _precond_t *pc, int64_t D, int64_t ncols, const float *V, double *O,
+                        const int64_t *col_blocks, int64_t ncb, int n_threads) noexcept nogil:
+    """O = H0 V for V (D x ncols, row-major float32), O double; GEMMs with fixed K-blocks and
+    an elementwise diagonal, so O does not depend on the thread count or on ncols.  Returns
+    -1 when scratch could not be allocated."""
+    cdef int64_t r = pc.r, i, c
+    cdef float *T1
+    cdef float *T2
+    cdef int rc = 0
+    if pc.kind == PRE_DENSE:
+        return afl_sgemm(0, D, ncols, D, pc.dense, D, V, ncols, NULL, O, ncols, 0, col_blocks, ncb, n_threads)
+    if pc.kind == PRE_LOWRANK and r > 0:
+        T1 = <float *> malloc(r * ncols * sizeof(float))
+        T2 = <float *> malloc(r * ncols * sizeof(float))
+        if T1 == NULL or T2 == NULL:
+            rc = -1
+        else:
+            # F V, then G (F V), then F' G F V: each a deterministic GEMM
+            rc = afl_sgemm(0, r, ncols, D, pc.factor, D, V, ncols, T1, NULL, ncols, 0, col_blocks, ncb, n_threads)
+            if rc == 0:
+                rc = afl_sgemm(0, r, ncols, r, pc.core, r, T1, ncols, T2, NULL, ncols, 0, pc.rb, pc.nrb,
+                               n_threads)
+            if rc == 0:
+                rc = afl_sgemm(1, D, ncols, r, pc.factor, D, T2, ncols, NULL, O, ncols, 0, pc.rb, pc.nrb,
+                               n_threads)
+        free(T1)
+        free(T2)
+        if rc != 0:
+            return rc
+        for i in prange(D, num_threads=n_threads, schedule='static'):
+            for c in range(ncols):
+                O[i * ncols + c] = O[i * ncols + c] + <double> pc.diag[i] * V[i * ncols + c]
+        return 0
+    for i in prange(D, num_threads=n_threads, schedule='static'):
+        for c in range(ncols):
+            O[i * ncols + c] = <double> pc.diag[i] * V[i * ncols + c]
+    return 0
+
+
+def precond_apply(const float[:, ::1] V,             # IN  (D, ncols)
+                  double[:, ::1] O,                  # OUT (D, ncols) H0 V
+                  const int64_t[::1] col_blocks,     # IN  K-blocks over the D columns
+                  const float[:, ::1] dense=None,    # IN  (D, D), or
+                  const float[::1] diag=None,        # IN  (D,) with optional
+                  const float[:, ::1] factor=None,   # IN  (r, D) and
+                  const float[:, ::1] core=None,     # IN  (r, r)
+                  const int64_t[::1] factor_blocks=None,  # IN  K-blocks over the r rows
+                  int n_threads=1):
+    """O = H0 V with the preconditioner's product inside training (exposed for tests)."""
+    cdef _precond_t pc
+    cdef int rc
+    _precond_fill(&pc, V.shape[0], dense, diag, factor, core, factor_blocks)
+    if O.shape[0] != V.shape[0] or O.shape[1] != V.shape[1] or col_blocks[col_blocks.shape[0] - 1] != V.shape[0]:
+        raise ValueError("precond_apply: inconsistent shapes")
+    if pc.kind == PRE_NONE or V.shape[1] == 0:
+        raise ValueError("precond_apply: no preconditioner given")
+    with nogil:
+        rc = _precond_apply(&pc, V.shape[0], V.shape[1], &V[0, 0], &O[0, 0], &col_blocks[0],
+                            col_blocks.shape[0] - 1, n_threads)
+    if rc != 0:
+        raise MemoryError("precond_apply: could not allocate scratch memory")
+
+
+cdef int _precond_fill(_precond_t *pc, int64_t D, const float[:, ::1] dense, const float[::1] diag,
+                       const float[:, ::1] factor, const float[:, ::1] core,
+                       const int64_t[::1] factor_blocks) except -1:
+    """Check the arrays of one form of H0 (all None: no preconditioner) and point pc at them."""
+    memset(pc, 0, sizeof(_precond_t))
+    pc.kind = PRE_NONE
+    if dense is not None and dense.shape[0] > 0:
+        if dense.shape[0] != D or dense.shape[1] != D or diag is not None or factor is not None:
+            raise ValueError("preconditioner: a dense H0 must be (D, D) and come alone")
+        pc.kind = PRE_DENSE
+        pc.dense = &dense[0, 0]
+        return 0
+    if diag is None:
+        if factor is not None or core is not None:
+            raise ValueError("preconditioner: a low-rank H0 needs its diagonal")
+        return 0
+    if diag.shape[0] != D:
+        raise ValueError("preconditioner: the diagonal must have D entries")
+    pc.diag = &diag[0]
+    pc.kind = PRE_DIAGONAL
+    if factor is not None and factor.shape[0] > 0:
+        if (factor.shape[1] != D or core is None or core.shape[0] != factor.shape[0]
+                or core.shape[1] != factor.shape[0] or factor_blocks is None
+                or factor_blocks[factor_blocks.shape[0] - 1] != factor.shape[0]):
+            raise ValueError("preconditioner: a low-rank H0 needs factor (r, D), core (r, r) and "
+                             "K-blocks over r")
+        pc.kind = PRE_LOWRANK
+        pc.factor = &factor[0, 0]
+        pc.core = &core[0, 0]
+        pc.r = factor.shape[0]
+        pc.rb = &factor_blocks[0]
+        pc.nrb = factor_blocks.shape[0] - 1
+    return 0
+
+
 def member_index(const uint8_t[:, ::1] member,      # IN  (n, B) 1 where row i trains model j
                  const int64_t[::1] row_blocks,     # IN  (nrb + 1,) row-block boundaries
                  int64_t[:, ::1] mptr,              # OUT (B, nrb + 1) see afl_member.h
@@ -469,8 +588,14 @@ def train_block(const float[:, :] X,            # IN  (n, D): rows with a traili
                 int32_t[::1] status,             # OUT (B,) STATUS_* code
                 double[::1] fval,                # OUT (B,) final objective
                 int32_t[::1] n_eval,             # OUT (B,) evaluations of objective and gradient
-                int n_threads):
-    """Train B multinomial logistic regressions on subsets of the same rows (see module doc)."""
+                int n_threads,
+                const float[::1] pre_diag=None,          # IN  (D,) diagonal of H0 (other forms), or
+                const float[:, ::1] pre_factor=None,     # IN  (r, D) F of a low-rank H0
+                const float[:, ::1] pre_core=None,       # IN  (r, r) G of a low-rank H0
+                const int64_t[::1] pre_blocks=None):     # IN  K-blocks over the r rows of F
+    """Train B multinomial logistic regressions on subsets of the same rows (see module doc).
+    H0 is ``precond`` when it is not empty, else diag(pre_diag) + F' G F (F, G optional),
+    else the identity."""
     cdef int64_t n = X.shape[0], D = X.shape[1], B = member.shape[1]
     cdef int C = n_classes
     cdef int64_t P = D * C
@@ -479,12 +604,12 @@ def train_block(const float[:, :] X,            # IN  (n, D): rows with a traili
     cdef int hist = history if history > 0 else 1
     cdef int rc = 0
     cdef int64_t total = 0, j
-    cdef bint use_pre = precond.shape[0] > 0
+    cdef _precond_t pc
+    _precond_fill(&pc, D, precond, pre_diag, pre_factor, pre_core, pre_blocks)
     if (y.shape[0] != n or member.shape[0] != n or coef.shape[0] != B or coef.shape[1] != P
             or n_rows.shape[0] != B or l2.shape[0] != B or inv_n.shape[0] != B
             or n_iter.shape[0] != B or status.shape[0] != B or fval.shape[0] != B
-            or n_eval.shape[0] != B or row_blocks[nrb] != n or col_blocks[ncb] != D or super_blocks[nsb] != nrb
-            or (use_pre and (precond.shape[0] != D or precond.shape[1] != D))):
+            or n_eval.shape[0] != B or row_blocks[nrb] != n or col_blocks[ncb] != D or super_blocks[nsb] != nrb):
         raise ValueError("train_block: inconsistent shapes")
     if n == 0 or B == 0:
         return
@@ -495,7 +620,7 @@ def train_block(const float[:, :] X,            # IN  (n, D): rows with a traili
     with nogil:
         rc = _train(&X[0, 0], ldx, &y[0], &member[0, 0], total, &row_blocks[0], nrb,
                     &super_blocks[0], nsb, &col_blocks[0], ncb,
-                    &precond[0, 0] if use_pre else NULL,
+                    &pc,
                     &coef[0, 0], &l2[0], &inv_n[0], n, D, B, C, loss_code, params,
                     <afl_user_weight_fn> user_fn, gtol, ftol, max_iter, hist, max_ls,
                     &n_iter[0], &status[0], &fval[0], &n_eval[0], n_threads)
@@ -505,7 +630,7 @@ def train_block(const float[:, :] X,            # IN  (n, D): rows with a traili
 
 cdef int _train(const float *X, int64_t ldx, const int32_t *y, const uint8_t *member, int64_t total,
                 const int64_t *row_blocks, int64_t nrb, const int64_t *super_blocks, int64_t nsb,
-                const int64_t *col_blocks, int64_t ncb, const float *Pm,
+                const int64_t *col_blocks, int64_t ncb, const _precond_t *pc,
                 double *coef, const double *l2, const double *inv_n,
                 int64_t n, int64_t D, int64_t B, int C, int loss_code, const double *params,
                 afl_user_weight_fn user, double gtol, double ftol, int max_iter, int hist,
@@ -549,15 +674,16 @@ cdef int _train(const float *X, int64_t ldx, const int32_t *y, const uint8_t *me
     cdef int64_t *active = <int64_t *> malloc(B * sizeof(int64_t))
     cdef int64_t *dirs = <int64_t *> malloc(B * sizeof(int64_t))
     # the preconditioner product: [q, y] of every model that needs a direction, D x 2 C each
-    cdef float *V = <float *> malloc(D * B * C2 * sizeof(float)) if Pm != NULL else NULL
-    cdef double *O = <double *> malloc(D * B * C2 * sizeof(double)) if Pm != NULL else NULL
+    cdef bint use_pre = pc.kind != PRE_NONE
+    cdef float *V = <float *> malloc(D * B * C2 * sizeof(float)) if use_pre else NULL
+    cdef double *O = <double *> malloc(D * B * C2 * sizeof(double)) if use_pre else NULL
 
     if (mptr == NULL or mrows == NULL or Wc == NULL or gradc == NULL or lossv == NULL
             or sca == NULL or xt == NULL or gt == NULL or g == NULL or p == NULL or S == NULL
             or Y == NULL or rho == NULL or alph == NULL or f == NULL or ft == NULL
             or alpha == NULL or gp == NULL or state == NULL or status == NULL or iters == NULL
             or n_ls == NULL or mem_len == NULL or mem_head == NULL or active == NULL
-            or dirs == NULL or (Pm != NULL and (V == NULL or O == NULL))):
+            or dirs == NULL or (use_pre and (V == NULL or O == NULL))):
         rc = -1
     else:
         afl_member_index(n, B, member, nrb, row_blocks, mptr, mrows)
@@ -630,7 +756,7 @@ cdef int _train(const float *X, int64_t ldx, const int32_t *y, const uint8_t *me
                                p + j * P, S + j * hist * P, Y + j * hist * P, rho + j * hist,
                                &mem_len[j], &mem_head[j], alph + j * hist,
                                &alpha[j], &gp[j], &n_ls[j], gtol, ftol, max_iter, max_ls)
-            # new search directions: H0 [q, y] of all such models in one GEMM
+            # new search directions: H0 [q, y] of all such models in one product
             nN = 0
             for j in range(B):
                 if state[j] == ST_DIRECTION:
@@ -638,7 +764,7 @@ cdef int _train(const float *X, int64_t ldx, const int32_t *y, const uint8_t *me
                     nN += 1
             if nN == 0:
                 continue
-            if Pm != NULL:
+            if use_pre:
                 ncols = nN * C2
                 for b in prange(nN, num_threads=n_threads, schedule='static'):
                     j = dirs[b]
@@ -648,8 +774,7 @@ cdef int _train(const float *X, int64_t ldx, const int32_t *y, const uint8_t *me
                             V[r * ncols + b * C2 + c] = <float> p[j * P + r * C + c]
                             V[r * ncols + b * C2 + C + c] = (
                                 <float> Y[(j * hist + newest) * P + r * C + c] if mem_len[j] > 0 else 0.0)
-                if afl_sgemm(0, D, ncols, D, Pm, D, V, ncols, NULL, O, ncols, 0,
-                             col_blocks, ncb, n_threads) != 0:
+                if _precond_apply(pc, D, ncols, V, O, col_blocks, ncb, n_threads) != 0:
                     rc = -1
                     break
                 for b in prange(nN, num_threads=n_threads, schedule='static'):

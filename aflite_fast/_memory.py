@@ -48,3 +48,12 @@ def parse_memory(value):
     if nbytes <= 0:
         raise ValueError(f"max_memory must be positive, got {value!r}")
     return nbytes
+
+
+def format_size(nbytes):
+    """``nbytes`` in the decimal unit that keeps three significant digits readable: ``"8.03 TB"``,
+    ``"6.32 GB"``, ``"908 kB"``."""
+    for power, unit in ((4, "TB"), (3, "GB"), (2, "MB"), (1, "kB")):
+        if nbytes >= 1000 ** power:
+            return f"{nbytes / 1000 ** power:.3g} {unit}"
+    return f"{int(nbytes)} bytes"

@@ -10,13 +10,17 @@ b. ``check_trained``: a model with no accepted L-BFGS step that did not converge
    means, :class:`DataScale`: float32 rows scaled by 1e12 stop the line search at the first
    step, or after two or three).  On X that large any model that did not converge is refused
    the same way, since the scale explains its failure and its few steps prove nothing.
-c. ``warn_not_converged``: a ConvergenceWarning (scikit-learn's class, so the usual filters
-   apply) when any model stopped at max_iter, in a failed line search or on a non-finite value.
+c. ``warn_not_converged``: a ConvergenceWarning when any model stopped at max_iter, in a failed
+   line search or on a non-finite value.  It is scikit-learn's class
+   (``sklearn.exceptions.ConvergenceWarning``), so the usual filters apply; scikit-learn is
+   imported only when such a warning is due (``ConvergenceWarning`` here resolves to that class
+   on first use), because importing it costs about a second and the filtering path needs
+   nothing else from it.  ``NOT_CONVERGED_MESSAGE`` matches the warning's message, for callers
+   that silence it without importing scikit-learn (``warnings.filterwarnings(message=...)``).
 """
 import warnings
 
 import numpy as np
-from sklearn.exceptions import ConvergenceWarning
 
 from .kernel import STATUS_NAMES
 
@@ -24,8 +28,20 @@ _CONVERGED = next(code for code, name in STATUS_NAMES.items() if name == "conver
 #: Above this |X - column mean| the likely cause of a stuck solver is the scale of X.
 LARGE_VALUE = 1e6
 
-__all__ = ["ConvergenceWarning", "DataScale", "status_counts", "total_status", "unmoved", "check_trained",
+#: A regular expression matching the message of :func:`warn_not_converged`'s warning.
+NOT_CONVERGED_MESSAGE = r"\d+ of \d+ .*\(s\) did not converge \("
+
+__all__ = ["ConvergenceWarning", "NOT_CONVERGED_MESSAGE", "DataScale", "status_counts", "total_status", "unmoved", "check_trained",
            "warn_not_converged", "check_solver_result"]
+
+
+def __getattr__(name):
+    # PEP 562: ``ConvergenceWarning`` is scikit-learn's class, imported on first use
+    if name == "ConvergenceWarning":
+        from sklearn.exceptions import ConvergenceWarning
+
+        return ConvergenceWarning
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def status_counts(status):
@@ -136,6 +152,8 @@ def warn_not_converged(counts, *, what="model", stacklevel=3):
     total = sum(counts.values())
     failed = {name: count for name, count in counts.items() if name != "converged" and count}
     if failed:
+        from sklearn.exceptions import ConvergenceWarning
+
         detail = ", ".join(f"{name}: {count}" for name, count in failed.items())
         warnings.warn(
             f"{sum(failed.values())} of {total} {what}(s) did not converge ({detail}); their "

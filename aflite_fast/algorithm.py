@@ -18,6 +18,7 @@ the observed count does not exceed that (see :mod:`aflite_fast.null`).
 import numbers
 import os
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import List, Optional
 
@@ -31,6 +32,8 @@ from ._threads import effective_n_threads
 from .checkpoint import Checkpoint, LoopState, data_fingerprint
 from .data import encode_labels, open_embeddings, scan_rows
 from .groups import check_group_train_size, partition_groups, select_groups
+from .io.fingerprint import ContentHash
+from .io.watch import InputWatch, describe
 from .kernel import SolverOptions
 from .losses import resolve_loss
 from .null import check_null_args, null_codes, summarize
@@ -302,7 +305,8 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
     checkpoint : str or os.PathLike, optional
         A file where the state is saved (atomically) after every phase.  If it exists, the run
         continues from it and gives the result of an uninterrupted run; a checkpoint of other
-        parameters or data is a ValueError and is left untouched.  See docs/curation.md.
+        parameters or data (a fingerprint of every row of X, computed by the validation scan) is
+        a ValueError naming what differs, and is left untouched.  See docs/curation.md.
     null : {None, "permutation"}, default=None
         ``"permutation"``: every phase scores its own partitions ``n_null`` more times, each
         with the active rows' labels permuted (class counts kept; with ``groups``, groups of
@@ -333,7 +337,8 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
         For inconsistent inputs: X not 2-D, NaN/inf in X, lengths differ, a single class,
         a class with fewer than two rows, ``train_size`` >= rows, ``tau`` outside [0, 1], bad
         ``groups`` (length, NaN, a single group, groups too large for ``train_size``), a
-        checkpoint of another run, ...
+        checkpoint of another run, a file behind X that changed during the run (checked at every
+        phase boundary: :mod:`aflite_fast.io.watch`; no checkpoint is saved for that phase), ...
         Also when a partition's model did not move from its starting point (no solver step
         and not converged), or did not converge on X whose values are too large for the
         float32 solver (e.g. float32 rows scaled by 1e12): the message names the likely
@@ -345,6 +350,8 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
         When any partition's model stopped without converging (max_iter, a failed line
         search, a non-finite value); ``history[i].solver_status`` counts them per phase.
     """
+    # the status of X's files, before anything reads them: checked at every phase boundary
+    watch = InputWatch([("X", X)])
     if backend == "dask":
         from . import distributed
         X = distributed.DaskEmbeddings.open(X, client)
@@ -371,17 +378,25 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
     else:
         entropy = engine.seed_entropy(random_state)
     options = SolverOptions(tol=tol, max_iter=max_iter)
-    engine.parse_memory(max_memory)  # fail early on a bad budget string
+    budget = engine.parse_memory(max_memory)  # fail early on a bad budget string
+    if backend == "local":  # ... and on a phase the budget cannot hold (before allocating it)
+        engine.check_phase_memory(n_rows, n_rows, settings.n_partitions, settings.train_rows(n_rows),
+                                  n_features, labels.n_classes, budget)
+    # a checkpoint needs the fingerprint of every row, which the scan computes as it reads them
+    with ContentHash(X.shape, X.dtype, n_threads) if store is not None else nullcontext() as content:
+        center = scan(X, fingerprint=content).astype(np.float32)
+    watch.check()
     state = None
     if store is not None:
         state = store.start(_run_parameters(settings, spec, entropy, tol, max_iter, remove, null, n_null, stop),
-                            data_fingerprint(X, labels.codes, labels.classes, group_codes))
+                            data_fingerprint(X, labels.codes, labels.classes, group_codes,
+                                             content=content.hexdigest()),
+                            x_source=f"X ({describe(watch.files)})")
     if state is None:
         state = LoopState(phase=0, active=np.arange(n_rows, dtype=np.int64), removed=np.empty(0, dtype=np.int64),
                           removed_phase=np.empty(0, dtype=np.int64), scores=np.full(n_rows, np.nan))
     resumed_from = state.phase
 
-    center = scan(X).astype(np.float32)
     scale = DataScale(X if backend == "local" else None, center)  # read only if a model fails
     active, scores, phase = state.active, state.scores, state.phase
     removed, removed_phase = [state.removed], [state.removed_phase]
@@ -465,6 +480,7 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
             elif chosen.size == 0:  # remove="group" only: no eligible group fits in the budget
                 ended = (f"the groups that reached tau={settings.tau} are all larger than the "
                          f"{budget} rows left to remove in this phase")
+            watch.check()  # before a checkpoint keeps a phase that may have read changed rows
             if store is not None:
                 store.save(LoopState(phase=phase, active=active, removed=np.concatenate(removed),
                                      removed_phase=np.concatenate(removed_phase), scores=scores,

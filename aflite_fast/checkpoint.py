@@ -14,13 +14,16 @@ c. Resume: an existing checkpoint must have been written with the same parameter
    (:meth:`Checkpoint.start` compares them and raises ValueError naming the difference,
    writing nothing).  It holds everything the next phase depends on, so a resumed run gives
    bitwise the result of an uninterrupted one (only the timing fields of the history differ).
-d. Fingerprints (:func:`data_fingerprint`): X's shape, dtype and a SHA-256 of
-   :data:`SAMPLE_ROWS` rows spread evenly over it (a change in other rows goes unnoticed);
-   y's classes and a SHA-256 of its codes; the same of the group codes.
+d. Fingerprints (:func:`data_fingerprint`): X's shape, dtype and content fingerprint (a
+   SHA-256 of every row, computed by the validation scan: :mod:`aflite_fast.io.fingerprint`),
+   so a resume after any row of X changed is refused naming X's file; y's classes and a
+   SHA-256 of its codes; the same of the group codes.
 """
 import hashlib
 import json
 import os
+import tempfile
+import zipfile
 from dataclasses import dataclass, field
 from typing import List, Optional
 
@@ -30,8 +33,6 @@ from .io.atomic import write_file_atomically
 
 FORMAT = "aflite_fast-checkpoint"
 VERSION = 1
-#: Rows of X hashed into its fingerprint (first, last and evenly spaced between).
-SAMPLE_ROWS = 64
 _ARRAYS = ("active", "removed", "removed_phase", "scores", "warm_mean")
 
 
@@ -61,19 +62,11 @@ def _sha256(*arrays):
     return h.hexdigest()
 
 
-def _sample_rows(X, rows):
-    if hasattr(X, "pieces"):  # distributed.DaskEmbeddings: cut the rows where they live
-        return np.concatenate(X.client.gather([f for f, _, _ in X.pieces(rows)]), axis=0)
-    return np.asarray(X[rows])
-
-
-def data_fingerprint(X, codes, classes, group_codes=None):
-    """Fingerprints of X (shape, dtype, hash of a fixed sample of rows), y and groups (a dict)."""
-    n = X.shape[0]
-    rows = np.unique(np.linspace(0, n - 1, num=min(n, SAMPLE_ROWS)).round().astype(np.int64))
+def data_fingerprint(X, codes, classes, group_codes=None, *, content):
+    """Fingerprints of X (shape, dtype, ``content``: the hex digest of its
+    :class:`~aflite_fast.io.fingerprint.ContentHash`), y and groups (a dict)."""
     return {
-        "X": {"shape": [int(s) for s in X.shape], "dtype": str(np.dtype(X.dtype)),
-              "sample_sha256": _sha256(rows, _sample_rows(X, rows))},
+        "X": {"shape": [int(s) for s in X.shape], "dtype": np.dtype(X.dtype).name, "content_sha256": content},
         "y": {"classes": [str(c) for c in np.asarray(classes).tolist()],
               "codes_sha256": _sha256(np.asarray(codes, dtype="<i4"))},
         "groups": None if group_codes is None else _sha256(np.asarray(group_codes, dtype="<i8")),
@@ -105,6 +98,17 @@ def _differences(saved, current, prefix=""):
     return out
 
 
+def _check_writable(folder, shown):
+    """Refuse now, before any phase runs, a checkpoint whose directory takes no new file: each
+    save writes a temporary file there and renames it over the checkpoint."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".aflite-checkpoint-probe-", dir=folder)
+    except OSError as exc:
+        raise ValueError(f"checkpoint {shown!r} cannot be written: {exc.strerror or exc} in {folder!r}") from None
+    os.close(fd)
+    os.unlink(probe)
+
+
 class Checkpoint:
     """The checkpoint file of one run (see the module docstring).
 
@@ -127,13 +131,20 @@ class Checkpoint:
         self._bound = None
         if os.path.exists(self.path):
             self._header, self._arrays = self._read()
+        _check_writable(folder, os.fspath(path))
 
     def _read(self):
+        with open(self.path, "rb") as fh:
+            start = fh.read(4)
+        if start != b"PK\x03\x04":  # an .npz is a zip archive; never let np.load guess (pickle advice)
+            kind = "a .npy array" if start == b"\x93NUM" else "empty" if not start else "not an .npz archive"
+            raise ValueError(f"checkpoint {self.path!r} exists but is not a readable aflite_fast checkpoint ({kind}); "
+                             "remove it or give another path")
         try:
             with np.load(self.path, allow_pickle=False) as npz:
                 header = json.loads(npz["header"].tobytes().decode("utf-8"))
                 arrays = {name: npz[name] for name in _ARRAYS}
-        except (OSError, ValueError, KeyError, EOFError, UnicodeDecodeError) as exc:
+        except (OSError, ValueError, KeyError, EOFError, UnicodeDecodeError, zipfile.BadZipFile) as exc:
             raise ValueError(f"checkpoint {self.path!r} exists but is not a readable aflite_fast checkpoint "
                              f"({exc}); remove it or give another path") from exc
         if header.get("format") != FORMAT or header.get("version") != VERSION:
@@ -151,7 +162,7 @@ class Checkpoint:
         """The seed entropy of the saved run (None when there is none)."""
         return None if self._header is None else self._header["parameters"].get("seed")
 
-    def start(self, parameters, fingerprint):
+    def start(self, parameters, fingerprint, x_source="X"):
         """Bind this run's parameters and data; return the saved state to resume, or None.
 
         Parameters
@@ -160,6 +171,8 @@ class Checkpoint:
             Everything that changes the result (JSON-serialisable).
         fingerprint : dict
             :func:`data_fingerprint` of this run's data.
+        x_source : str
+            How the refusal of other data names X (its file).
 
         Raises
         ------
@@ -172,6 +185,15 @@ class Checkpoint:
             return None
         saved = {"parameters": self._header["parameters"], "data": self._header["data"]}
         diffs = _differences(saved, current)
+        data = [key.split(".")[1] for key, _, _ in diffs if key.startswith("data.")]
+        if data and not any(key.startswith("parameters.") for key, _, _ in diffs):
+            names = {"X": x_source, "y": "y (the labels)", "groups": "groups"}
+            changed = list(dict.fromkeys(names.get(key, key) for key in data))
+            earlier = "" if "content_sha256" in saved["data"].get("X", {}) else (
+                " (or it was written by an earlier version, which fingerprinted only a sample of X)")
+            raise ValueError(f"checkpoint {self.path!r} was written for other data: {' and '.join(changed)} "
+                             f"{'is' if len(changed) == 1 else 'are'} not what it was saved with{earlier}; "
+                             "resume on the same data, or give another checkpoint path")
         if diffs:
             shown = "; ".join(
                 f"{key}: checkpoint {a!r}, this run {b!r}" if key.startswith("parameters.")

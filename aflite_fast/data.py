@@ -1,11 +1,12 @@
 """Opening and validating inputs: embeddings (ndarray, memmap or .npy/.npz path) and labels."""
 import os
+import sys
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.sparse
 
 from .io.arrayfile import open_array_file
+from .io.fingerprint import block_rows
 from ._rows import first_nonfinite_row, first_row_beyond
 
 #: Largest magnitude the float32 kernel can hold; float64 values beyond it would become inf.
@@ -15,6 +16,13 @@ FLOAT32_MAX = float(np.finfo(np.float32).max)
 SCAN_CHUNK_BYTES = 64 << 20
 #: Rows (in X's dtype) read at a time by :func:`gather_rows`; its only scratch buffer.
 GATHER_CHUNK_BYTES = 8 << 20
+
+
+def _is_sparse(X):
+    """True for a SciPy sparse matrix or array.  One can exist only once ``scipy.sparse`` has
+    been imported, so the filtering path does not import SciPy just to ask."""
+    sparse = sys.modules.get("scipy.sparse")
+    return sparse is not None and sparse.issparse(X)
 
 
 def check_dtype(dtype):
@@ -54,7 +62,7 @@ def open_embeddings(X):
     """
     if isinstance(X, (str, os.PathLike)):
         X = open_array_file(X, "embeddings")
-    elif scipy.sparse.issparse(X):
+    elif _is_sparse(X):
         raise TypeError(f"X is a sparse {type(X).__name__}; sparse input is not supported, "
                         "pass a dense array (X.toarray())")
     elif not isinstance(X, np.ndarray):
@@ -135,8 +143,19 @@ def scan_block(rows, start):
     return None, block.sum(axis=0, dtype=np.float64)
 
 
-def scan_rows(X, progress=None):
+def scan_chunk_rows(n_features, itemsize):
+    """Rows per chunk of :func:`scan_rows` (about :data:`SCAN_CHUNK_BYTES`): a whole number of
+    the content fingerprint's blocks (:func:`aflite_fast.io.fingerprint.block_rows`), so that
+    a chunk can be hashed where it is read (the Dask scan)."""
+    step = block_rows(n_features, itemsize)
+    return step * max(1, SCAN_CHUNK_BYTES // (step * max(1, n_features * itemsize)))
+
+
+def scan_rows(X, progress=None, fingerprint=None):
     """One pass over X: checks every row suits the float32 kernel; returns the column means (float64).
+
+    ``fingerprint`` (an :class:`aflite_fast.io.fingerprint.ContentHash`) is given every chunk
+    as it is read, so the content fingerprint costs no second pass over X.
 
     Raises
     ------
@@ -144,10 +163,13 @@ def scan_rows(X, progress=None):
         Naming the first row that holds NaN or inf, or a float64 value beyond float32's range.
     """
     n, d = X.shape
-    chunk = max(1, SCAN_CHUNK_BYTES // max(1, d * X.dtype.itemsize))
+    chunk = scan_chunk_rows(d, X.dtype.itemsize)
     total = np.zeros(d, dtype=np.float64)
     for start in range(0, n, chunk):
-        problem, sums = scan_block(X[start:start + chunk], start)
+        rows = X[start:start + chunk]
+        if fingerprint is not None:
+            fingerprint.update(rows)  # hashed in threads while this thread checks the same rows
+        problem, sums = scan_block(rows, start)
         if problem is not None:
             raise ValueError(problem)
         total += sums

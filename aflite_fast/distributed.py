@@ -31,7 +31,8 @@ from . import engine, kernel
 from ._memory import parse_memory
 from .io.arrayfile import open_array_file
 from ._rows import membership_matrix
-from .data import SCAN_CHUNK_BYTES, check_dtype, gather_rows, scan_block
+from .data import check_dtype, gather_rows, scan_block, scan_chunk_rows
+from .io.fingerprint import block_digests
 from .losses import resolve_loss
 
 __all__ = ["DaskEmbeddings", "DaskPhaseScores", "as_dask_array", "connect", "score_phase_dask",
@@ -43,8 +44,8 @@ def _import_dask():
         import dask.array as da
         import distributed
     except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ImportError("the dask backend needs dask and distributed: "
-                          "pip install 'aflite_fast[dask]'") from exc
+        raise ImportError("the dask backend needs dask and distributed: pip install 'dask[array,distributed]' "
+                          "(or pip install '.[dask]' in a clone of aflite_fast)") from exc
     return da, distributed
 
 
@@ -53,7 +54,7 @@ def _import_dask():
 def default_chunk_rows(n_features, itemsize):
     """Rows per chunk: the row block of ``data.scan_rows`` (64 MiB), so that no scan block
     spans two chunks and computing the centre moves no rows between workers."""
-    return max(1, SCAN_CHUNK_BYTES // max(1, n_features * itemsize))
+    return scan_chunk_rows(n_features, itemsize)
 
 
 def _read_raw_rows(path, offset, dtype, shape, start, stop):
@@ -251,15 +252,21 @@ def _stack(pieces):
 
 # ----------------------------------------------------------------------------- centre
 
-def _scan_block(start, *pieces):
-    return scan_block(_stack(pieces), start)
+def _scan_block(start, n_rows, hash_rows, *pieces):
+    """``scan_block`` of a chunk, and the fingerprint's digests of its blocks when ``hash_rows``."""
+    rows = _stack(pieces)
+    problem, sums = scan_block(rows, start)
+    return problem, sums, (block_digests(rows, start, n_rows) if hash_rows and problem is None else None)
 
 
-def scan_rows_dask(X, progress=None):
+def scan_rows_dask(X, progress=None, fingerprint=None):
     """``data.scan_rows`` on the cluster: checks every value is finite, returns column means.
 
     The row blocks are those of ``data.scan_rows`` and their float64 sums are added on the
-    client in the same order, so the result is bitwise the local one.
+    client in the same order, so the result is bitwise the local one.  With ``fingerprint``
+    (a :class:`aflite_fast.io.fingerprint.ContentHash`) each worker also hashes its block's
+    rows where they are and the client takes the digests in order: the fingerprint equals
+    the local scan's.
 
     Raises
     ------
@@ -268,16 +275,19 @@ def scan_rows_dask(X, progress=None):
     """
     X = DaskEmbeddings.open(X)
     n, d = X.shape
-    step = max(1, SCAN_CHUNK_BYTES // max(1, d * X.dtype.itemsize))
+    step = scan_chunk_rows(d, X.dtype.itemsize)
     futs = []
     for start in range(0, n, step):
         rows = np.arange(start, min(n, start + step), dtype=np.int64)
-        futs.append(X.client.submit(_scan_block, start, *[f for f, _, _ in X.pieces(rows)], pure=False))
+        futs.append(X.client.submit(_scan_block, start, n, fingerprint is not None,
+                                    *[f for f, _, _ in X.pieces(rows)], pure=False))
     total = np.zeros(d, dtype=np.float64)
-    for (problem, block_sum), start in zip(X.client.gather(futs), range(0, n, step)):
+    for (problem, block_sum, digests), start in zip(X.client.gather(futs), range(0, n, step)):
         if problem is not None:
             raise ValueError(problem)
         total += block_sum
+        if fingerprint is not None:
+            fingerprint.add_digests(start, digests, min(n, start + step) - start)
         if progress is not None:
             progress.update(min(n, start + step) - start)
     return total / n
@@ -415,9 +425,10 @@ def score_phase_dask(X, codes, active, center, train_pos, *, n_classes, C=1.0, l
             return gather_rows(raw, np.arange(rows.size), center,
                                np.empty((rows.size, D), dtype=np.float32))
 
+        form = kernel.preconditioner_forms(n_active, D)[0]
         precond = engine.phase_preconditioner(read_rows, active, d, n_classes, Ck,
-                                              train_pos.shape[1], _worker_threads(n_threads))
-        moved["precond_rows"] = int(kernel.preconditioner_sample(n_active, D).size) * d * item
+                                              train_pos.shape[1], _worker_threads(n_threads), form=form)
+        moved["precond_rows"] = int(kernel.preconditioner_sample(n_active, D, form).size) * d * item
     precond_f = None if precond is None else client.scatter(precond, broadcast=True, hash=False)
     jobs = []
     for block in blocks:
@@ -484,6 +495,11 @@ def score_phase_dask(X, codes, active, center, train_pos, *, n_classes, C=1.0, l
 
 # ----------------------------------------------------------------------------- CLI helpers
 
+#: Seconds to wait for a scheduler to answer: dask's default (30 s, with retries) makes a typo
+#: in the address look like a hang; a live scheduler answers in milliseconds.
+CONNECT_TIMEOUT = 5
+
+
 def connect(scheduler):
     """A ``distributed.Client`` for ``scheduler``: an address such as ``tcp://host:8786``, a
     scheduler file (``*.json``), or ``"local"`` / ``"local:N"`` for a LocalCluster of N worker
@@ -491,17 +507,28 @@ def connect(scheduler):
     _, distributed = _import_dask()
     scheduler = os.fspath(scheduler)
     if scheduler == "local" or scheduler.startswith("local:"):
-        n = int(scheduler.split(":", 1)[1]) if ":" in scheduler else (os.cpu_count() or 1)
+        count = scheduler.split(":", 1)[1] if ":" in scheduler else str(os.cpu_count() or 1)
+        if not count.isdigit() or int(count) < 1:
+            raise ValueError(f"scheduler {scheduler!r}: local:N needs a positive number of workers N")
+        n = int(count)
         cluster = distributed.LocalCluster(n_workers=n, threads_per_worker=1, processes=True)
         client = distributed.Client(cluster)
         client._aflite_cluster = cluster  # closed with the client (see close_client)
         return client
+    if scheduler.endswith(".json") and not os.path.isfile(scheduler):
+        # dask would wait for the file to appear, without end
+        raise ValueError(f"scheduler {scheduler!r}: no such scheduler file")
     try:
         if scheduler.endswith(".json"):
-            return distributed.Client(scheduler_file=scheduler)
-        return distributed.Client(scheduler)
-    except OSError as exc:
-        raise ValueError(f"cannot connect to the dask scheduler at {scheduler!r}: {exc}") from exc
+            return distributed.Client(scheduler_file=scheduler, timeout=CONNECT_TIMEOUT)
+        return distributed.Client(scheduler, timeout=CONNECT_TIMEOUT)
+    except (OSError, TimeoutError) as exc:
+        raise ValueError(f"scheduler {scheduler!r}: no dask scheduler answered there within {CONNECT_TIMEOUT} s "
+                         f"({exc})") from None
+    except Exception:  # noqa: BLE001
+        # Something that is not a dask scheduler answered; dask can read its bytes as a frame
+        # length of exabytes (a MemoryError) or fail to decode them: no internals shown.
+        raise ValueError(f"scheduler {scheduler!r}: something answered there, but not a dask scheduler") from None
 
 
 def close_client(client):

@@ -24,12 +24,13 @@ stays within ``max_memory`` plus a constant (interpreter, libraries, thread stac
 buffers); docs/out_of_core.md has the measurements.
 """
 import time
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from . import _kernel, kernel
-from ._memory import parse_memory
+from ._memory import format_size, parse_memory
 from ._rows import membership_matrix
 from .data import GATHER_CHUNK_BYTES, gather_rows
 
@@ -167,13 +168,36 @@ def preconditioner_chunk_rows(budget, n_features):
     return int(max(1, rows // kernel.PRECOND_BLOCK) * kernel.PRECOND_BLOCK)
 
 
-def preconditioner_bytes(n_active, n_features, budget):
-    """Bytes of the phase's preconditioner: one chunk of the float32 sample of rows it is
-    estimated from (:func:`preconditioner_chunk_rows`), its double Gram matrix (factorised
-    and inverted in place), a double and two float32 temporaries of its size."""
+def preconditioner_bytes(n_active, n_features, budget, form="dense"):
+    """Bytes of building the phase's preconditioner in ``form`` (``kernel.PRECOND_FORMS``)
+    from the sample's chunks of :func:`preconditioner_chunk_rows` rows (the low-rank form
+    keeps its whole sample): see ``kernel.preconditioner_bytes``."""
     D = n_features + 1
-    n_sample = kernel.preconditioner_sample(n_active, D).size
-    return min(n_sample, preconditioner_chunk_rows(budget, n_features)) * D * 4 + D * D * (8 + 8 + 4 + 4)
+    chunk = None if form == "lowrank" else preconditioner_chunk_rows(budget, n_features)
+    return kernel.preconditioner_bytes(form, n_active, D, chunk)
+
+
+def phase_preconditioner_form(n_active, n_features, budget):
+    """The form of the phase's preconditioner: the first of ``kernel.preconditioner_forms``
+    (chosen from the sizes alone) whose building fits ``budget``.
+
+    A budget too small for it falls back to a cheaper form and, below every form, to none:
+    the preconditioner alone never refuses a run.  The solver then takes another path to the
+    same optimum, so the results may differ from a run with more memory within the solver's
+    tolerance (a warning says so); with the preferred form they never depend on the budget.
+    """
+    forms = kernel.preconditioner_forms(n_active, n_features + 1)
+    for form in forms:
+        if preconditioner_bytes(n_active, n_features, budget, form) <= budget:
+            break
+    if form != forms[0]:
+        warnings.warn(
+            f"max_memory leaves {budget / 1e6:.3g} MB for the solver's preconditioner, too little for its "
+            f"{forms[0]} form ({preconditioner_bytes(n_active, n_features, budget, forms[0]) / 1e6:.3g} MB); "
+            f"using {'no preconditioner' if form == 'none' else f'the {form} form'}: the same optimum, "
+            "possibly more solver steps, and results that can "
+            "differ from a run with more memory within the solver's tolerance", RuntimeWarning, stacklevel=2)
+    return form
 
 
 def gather_chunk_bytes(budget):
@@ -204,6 +228,22 @@ def phase_overhead_bytes(n_rows, n_active, n_models, train_size, n_features, n_c
     return (n_active * per_active + n_rows * per_row + n_models * train_size * 8 + models
             + prediction_fixed_bytes(n_models, n_classes, n_features)
             + (GATHER_CHUNK_BYTES if budget is None else gather_chunk_bytes(budget)))
+
+
+def check_phase_memory(n_rows, n_active, n_models, train_size, n_features, n_classes, budget,
+                       with_proba=False):
+    """:func:`phase_overhead_bytes` of a phase, or a MemoryError with the numbers when the
+    budget does not cover it.  Called before anything of that size is allocated (the loop
+    calls it before its first phase), so a huge ``n_partitions`` is refused in these words,
+    not by NumPy failing to allocate terabytes."""
+    overhead = phase_overhead_bytes(n_rows, n_active, n_models, train_size, n_features, n_classes,
+                                    with_proba, budget=budget)
+    if overhead >= budget:
+        raise MemoryError(
+            f"max_memory={format_size(budget)} does not cover the per-row arrays of this phase "
+            f"({format_size(overhead)} for {n_active} active rows and {n_models} partitions); "
+            "raise max_memory or lower n_partitions")
+    return overhead
 
 
 def plan_blocks(member, budget, n_features, n_classes, history, overhead=0, n_threads=1):
@@ -327,19 +367,25 @@ def compact_rows(full, keep):
 
 
 def phase_preconditioner(read_rows, active, n_features, n_classes, kernel_C, train_size, n_threads,
-                         chunk_rows=None):
-    """The solver's initial inverse Hessian shared by every partition of a phase.
+                         chunk_rows=None, form=None):
+    """The solver's initial inverse Hessian shared by every partition of a phase
+    (a ``kernel.Preconditioner``).
 
     Estimated from rows spread evenly over the active set (:func:`kernel.preconditioner_sample`),
     so it is a function of the active set alone and no model depends on its block or on the
     backend.  ``read_rows(rows)`` returns the augmented float32 rows ``rows`` (C-contiguous),
     asked for ``chunk_rows`` at a time (a multiple of ``kernel.PRECOND_BLOCK``; default all at
-    once); the L2 weight is the one of a partition of ``train_size`` rows.
+    once; the low-rank form reads its sample at once); the L2 weight is the one of a
+    partition of ``train_size`` rows.  ``form`` defaults to the first of
+    ``kernel.preconditioner_forms`` (see :func:`phase_preconditioner_form` under a budget).
     """
-    sample = active[kernel.preconditioner_sample(active.size, n_features + 1)]
-    step = sample.size if chunk_rows is None else max(1, int(chunk_rows))
-    chunks = (read_rows(sample[i:i + step]) for i in range(0, sample.size, step))
-    return kernel.preconditioner(chunks, n_classes, 1.0 / (kernel_C * train_size), n_threads)
+    D = n_features + 1
+    if form is None:
+        form = kernel.preconditioner_forms(active.size, D)[0]
+    sample = active[kernel.preconditioner_sample(active.size, D, form)]
+    step = sample.size if chunk_rows is None or form == "lowrank" else max(1, int(chunk_rows))
+    chunks = (read_rows(sample[i:i + step]) for i in range(0, sample.size, max(step, 1)))
+    return kernel.preconditioner(chunks, n_classes, 1.0 / (kernel_C * train_size), n_threads, form=form)
 
 
 @dataclass
@@ -404,14 +450,8 @@ def score_phase(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="
     m, t = train_pos.shape
     d = X.shape[1]
     D = d + 1
-    overhead = phase_overhead_bytes(X.shape[0], n_active, m, t, d, n_classes, proba_sum is not None,
-                                    budget=budget)
+    overhead = check_phase_memory(X.shape[0], n_active, m, t, d, n_classes, budget, proba_sum is not None)
     gather_bytes = gather_chunk_bytes(budget)
-    if overhead >= budget:
-        raise MemoryError(
-            f"max_memory={budget / 1e9:.3g} GB does not cover the per-row arrays of this phase "
-            f"({overhead / 1e9:.3g} GB for {n_active} active rows and {m} partitions); "
-            "raise max_memory or lower n_partitions")
     budget -= overhead
     member = membership_matrix(train_pos, n_active, np.empty((n_active, m), dtype=np.uint8))
     blocks = plan_blocks(member, budget, d, n_classes, options.history, overhead, n_threads)
@@ -423,13 +463,9 @@ def score_phase(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="
     read_seconds = precond_seconds = 0.0
     t0 = time.perf_counter()
     precond = None
+    precond_form = "none"
     if options.precondition:
-        need = preconditioner_bytes(n_active, d, budget)
-        if need > budget:
-            raise MemoryError(
-                f"max_memory={(budget + overhead) / 1e9:.3g} GB is too small for the solver's "
-                f"preconditioner ({need / 1e9:.3g} GB on top of {overhead / 1e9:.3g} GB of per-row "
-                "arrays); raise max_memory")
+        precond_form = phase_preconditioner_form(n_active, d, budget)
 
         def read_sample(rows):
             nonlocal read_seconds
@@ -440,7 +476,7 @@ def score_phase(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="
 
         p0 = time.perf_counter()
         precond = phase_preconditioner(read_sample, active, d, n_classes, Ck, t, n_threads,
-                                       preconditioner_chunk_rows(budget, d))
+                                       preconditioner_chunk_rows(budget, d), precond_form)
         precond_seconds = time.perf_counter() - p0
     in_block = np.empty(n_active, dtype=bool)
     Xa_all = union_all = None

@@ -79,10 +79,35 @@ class AFLite(BaseEstimator):
         return self
 
     def fit_resample(self, X, y, groups=None):
-        """Fit and return the kept rows ``(X[sample_indices_], y[sample_indices_])``."""
+        """Fit and return the kept rows ``(X[sample_indices_], y[sample_indices_])``.
+
+        A pandas DataFrame or Series comes back as one, its columns, dtypes and index (the
+        kept rows' labels) kept, so a later step that selects columns by name still finds
+        them; arrays, memory maps and paths come back as arrays.
+        """
         self.fit(X, y, groups=groups)
-        X_arr = open_embeddings(X)
-        return np.asarray(X_arr[self.sample_indices_]), np.asarray(y)[self.sample_indices_]
+        keep = self.sample_indices_
+        return _take_rows(X, keep, lambda: open_embeddings(X)), _take_rows(y, keep, lambda: np.asarray(y))
+
+
+def _take_rows(data, rows, as_array):
+    """``data``'s rows ``rows``: a DataFrame or Series (anything with ``iloc``, recognised as
+    scikit-learn recognises them, so pandas is never imported here) through ``iloc``; anything
+    else through ``as_array()``, as a NumPy array."""
+    if hasattr(data, "iloc"):
+        return data.iloc[rows]
+    return np.asarray(as_array()[rows])
+
+
+def _check_feature_names(estimator, X, reset):
+    """scikit-learn's feature-name bookkeeping: sets ``feature_names_in_`` at fit for input with
+    string column names (a DataFrame), and at predict refuses other or reordered names and
+    warns when names appear or disappear between fit and predict."""
+    try:
+        from sklearn.utils.validation import _check_feature_names as check  # scikit-learn >= 1.6
+    except ImportError:  # older releases: a method of BaseEstimator
+        return estimator._check_feature_names(X, reset=reset)
+    return check(estimator, X, reset=reset)
 
 
 class RobustLogisticRegression(ClassifierMixin, BaseEstimator):
@@ -120,6 +145,9 @@ class RobustLogisticRegression(ClassifierMixin, BaseEstimator):
     coef_ : ndarray (n_classes, n_features), or (1, n_features) for two classes
     intercept_ : ndarray (n_classes,), or (1,) for two classes
     n_features_in_ : int
+    feature_names_in_ : ndarray (n_features_in_,) of str
+        Column names of a DataFrame given to :meth:`fit` (only then); a DataFrame given later
+        must have the same names in the same order.
     n_iter_ : ndarray (1,)
     """
 
@@ -154,6 +182,7 @@ class RobustLogisticRegression(ClassifierMixin, BaseEstimator):
     def _validate_X(self, X, *, reset):
         """X opened as :func:`aflite_fast.data.open_embeddings` does, its rows checked for
         the float32 kernel; returns (X, column means)."""
+        _check_feature_names(self, X, reset=reset)
         X = open_embeddings(X)
         if reset:
             self.n_features_in_ = X.shape[1]

@@ -4,13 +4,14 @@ The kernel trains a *block* of multinomial logistic regressions at once, each on
 the same rows, and predicts held-out rows with all of them in one pass (see ``_kernel.pyx``).
 Rows handed to the kernel are float32 with a trailing column of ones (the intercept);
 ``augment_rows`` and :mod:`aflite_fast.data` produce them.  ``preconditioner`` builds the
-shared initial inverse Hessian of the solver from a sample of the rows.
+shared initial inverse Hessian of the solver from a sample of the rows, in the form that
+``preconditioner_forms`` picks from the sizes.
 """
 import numbers
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
-import scipy.linalg.lapack
 from threadpoolctl import threadpool_limits
 
 try:
@@ -39,6 +40,16 @@ PRECOND_ROWS_PER_COLUMN = 8
 #: Rows summed in float32 before their sum joins the preconditioner's double Gram matrix.
 PRECOND_BLOCK = 256
 PRECOND_MIN_ROWS = 2048
+#: The dense form (D x D) is built up to this many columns (d + 1): O(D^2) memory and
+#: O(D^3) time, and a product of D^2 per column each round, worth it while D is at most
+#: about the rows a model trains on (``benchmarks/iterations.py``).
+DENSE_MAX_COLUMNS = 4097
+#: Up to this many columns the dense form inverts with NumPy's LAPACK (which NumPy loads
+#: anyway); above, with SciPy's Cholesky routines (a third of the work), imported then.
+NUMPY_INVERSE_MAX = 512
+#: Forms of the preconditioner, most to least exact (see :func:`preconditioner_forms`).
+PRECOND_FORMS = ("dense", "lowrank", "diagonal", "none")
+_NO_MATRIX = np.empty((0, 0), dtype=np.float32)
 STATUS_NAMES = {
     _kernel.STATUS_CONVERGED: "converged",
     _kernel.STATUS_MAX_ITER: "max_iter",
@@ -95,16 +106,143 @@ class SolverOptions:
             raise ValueError(f"precondition must be True or False, got {self.precondition!r}")
 
 
-def preconditioner_sample(n_rows, n_columns):
+def preconditioner_sample(n_rows, n_columns, form="dense"):
     """Positions (sorted, int64) of the rows a preconditioner is estimated from: evenly
     spaced over ``n_rows``, :data:`PRECOND_ROWS_PER_COLUMN` per column of the augmented rows,
-    at least :data:`PRECOND_MIN_ROWS`."""
-    n_sample = min(int(n_rows), max(PRECOND_MIN_ROWS, PRECOND_ROWS_PER_COLUMN * int(n_columns)))
+    at least :data:`PRECOND_MIN_ROWS` (the diagonal form: :data:`PRECOND_MIN_ROWS`; none:
+    no row)."""
+    if form == "none":
+        return np.zeros(0, dtype=np.int64)
+    per_column = PRECOND_ROWS_PER_COLUMN * int(n_columns) if form in ("dense", "lowrank") else 0
+    n_sample = min(int(n_rows), max(PRECOND_MIN_ROWS, per_column))
     return (np.arange(n_sample, dtype=np.int64) * int(n_rows)) // max(n_sample, 1)
 
 
-def preconditioner(rows, n_classes, l2, n_threads=1):
-    """Initial inverse Hessian H0 (D x D, float32) of the L-BFGS solver from augmented rows.
+def preconditioner_forms(n_rows, n_columns):
+    """Forms of the preconditioner worth building for ``n_rows`` rows of ``n_columns``
+    augmented columns, best first; callers take the first that fits their memory.
+
+    - fewer rows in the sample than columns (wide data: the sample is then every row, see
+      :func:`preconditioner_sample`): ``"none"``.  The solution lies in the span of the
+      rows, where plain L-BFGS already does well; the exact H0 (the ``"lowrank"`` form) costs
+      an n x n system and, per direction, about two evaluations of the model, and the
+      diagonal form pushes the steps out of that span: both measured slower
+      (``benchmarks/wide_data.py --forms``);
+    - else ``"dense"`` up to :data:`DENSE_MAX_COLUMNS` columns;
+    - else ``"diagonal"`` (per-feature scaling: O(D) memory and time per product);
+    - and ``"none"`` last, for a budget too small for the others.
+    """
+    n_sample = preconditioner_sample(n_rows, n_columns).size
+    if n_sample < n_columns:
+        return ["none"]
+    if n_columns <= DENSE_MAX_COLUMNS:
+        return ["dense", "diagonal", "none"]
+    return ["diagonal", "none"]
+
+
+def preconditioner_bytes(form, n_rows, n_columns, chunk_rows=None):
+    """Peak bytes of building the preconditioner of ``form`` (``chunk_rows``: rows of the
+    sample read at a time, default all); ``preconditioner_bytes(...)`` minus
+    ``Preconditioner.nbytes`` is freed before training."""
+    D = int(n_columns)
+    n_sample = preconditioner_sample(n_rows, D, form).size
+    chunk = n_sample if chunk_rows is None else min(n_sample, int(chunk_rows))
+    if form == "dense":
+        # a chunk of the sample, the double Gram matrix (factorised and inverted in place), a
+        # double and two float32 temporaries of its size
+        return chunk * D * 4 + D * D * (8 + 8 + 4 + 4)
+    if form == "lowrank":
+        # the sample (kept as the factor), its transpose, the n x n double system, its inverse
+        # and the float32 core
+        return 2 * n_sample * D * 4 + n_sample * n_sample * (8 + 8 + 4) + D * 8
+    if form == "diagonal":
+        return chunk * D * (4 + 8) + D * (8 + 4)
+    return 0
+
+
+@dataclass(frozen=True, eq=False)
+class Preconditioner:
+    """The solver's initial inverse Hessian H0, shared by the models of a phase.
+
+    ``form`` is one of :data:`PRECOND_FORMS`; H0 is ``dense`` (D x D) for the dense form,
+    else ``diag(diag) + factor.T @ core @ factor`` (``factor`` r x D and ``core`` r x r for
+    the low-rank form, None for the diagonal form), the identity for ``"none"``.  All arrays
+    float32, C-contiguous.
+    """
+
+    form: str
+    dense: Optional[np.ndarray] = None
+    diag: Optional[np.ndarray] = None
+    factor: Optional[np.ndarray] = None
+    core: Optional[np.ndarray] = None
+
+    @property
+    def nbytes(self):
+        return sum(a.nbytes for a in (self.dense, self.diag, self.factor, self.core) if a is not None)
+
+    def matrix(self):
+        """H0 as a dense float64 (D x D) matrix (for tests; None for the identity)."""
+        if self.form == "dense":
+            return self.dense.astype(np.float64)
+        if self.form == "none":
+            return None
+        H = np.diag(self.diag.astype(np.float64))
+        if self.factor is not None:
+            F = self.factor.astype(np.float64)
+            H += F.T @ self.core.astype(np.float64) @ F
+        return H
+
+    def kernel_arguments(self, n_columns):
+        """Keyword arguments of ``_kernel.train_block`` (and ``precond_apply``) for H0."""
+        if self.form == "dense":
+            return dict(dense=self.dense)
+        if self.form == "none":
+            return {}
+        args = dict(diag=self.diag)
+        if self.factor is not None:
+            args.update(factor=self.factor, core=self.core,
+                        factor_blocks=block_bounds(self.factor.shape[0], PRECOND_BLOCK))
+        return args
+
+
+def _spd_inverse(M):
+    """Inverse of the symmetric positive definite double matrix M (overwritten), float64,
+    symmetric; on one BLAS thread, so that the result does not depend on the thread count."""
+    n = M.shape[0]
+    with threadpool_limits(limits=1):
+        if n <= NUMPY_INVERSE_MAX:
+            try:
+                np.linalg.cholesky(M)  # refuses what is not positive definite, as dpotrf does
+            except np.linalg.LinAlgError:
+                raise ValueError("preconditioner: the rows' second-moment matrix is not positive definite")
+            inv = np.linalg.inv(M)
+            inv += inv.T
+            inv *= 0.5
+            return inv
+        import scipy.linalg.lapack  # noqa: PLC0415 - about 0.3 s, only for wide rows
+
+        factor, info = scipy.linalg.lapack.dpotrf(M, lower=1, overwrite_a=1)
+        if info != 0:
+            raise ValueError("preconditioner: the rows' second-moment matrix is not positive definite")
+        inv, info = scipy.linalg.lapack.dpotri(factor, lower=1, overwrite_c=1)
+        if info != 0:
+            raise ValueError("preconditioner: could not invert the second-moment matrix")
+    # dpotri fills the lower triangle: mirror it
+    inv = np.tril(inv)
+    inv += np.tril(inv, -1).T
+    return inv
+
+
+def _regularizer(mean_square_trace, D, l2):
+    """The diagonal added to s X'X/n: the L2 weight, and a floor relative to the rows' scale
+    (mean diagonal ``mean_square_trace / D``) so that H0 stays well defined in float32 where
+    a feature is constant."""
+    scale = mean_square_trace / D
+    return max(float(l2), 1e-7 * scale) if scale > 0 else 1.0
+
+
+def preconditioner(rows, n_classes, l2, n_threads=1, form="dense"):
+    """Initial inverse Hessian H0 of the L-BFGS solver from augmented rows.
 
     ``H0 = (s * X'X / n + l2 * I)^-1`` over the n rows given, with ``s = (C - 1) / C^2`` the
     curvature of the softmax at uniform probabilities: the Hessian of the objective at the
@@ -113,6 +251,17 @@ def preconditioner(rows, n_classes, l2, n_threads=1):
     takes tens to hundreds of steps; with H0 the solver sees roughly whitened features.  It
     changes the path of the solver, never its optimum (the stopping rule is on the gradient
     of the original problem).
+
+    Forms (:func:`preconditioner_forms` picks one from the sizes):
+
+    - ``"dense"``: the D x D matrix (O(D^2) memory, O(D^3) time);
+    - ``"lowrank"``: the same matrix through the Woodbury identity,
+      ``H0 = (I - F' (c I + F F')^-1 F) / l2`` with F the n rows and ``c = n l2 / s``: an
+      n x n system (O(n D) memory, O(n^2 D) time), for callers that want the exact H0 of a
+      sample with fewer rows than columns (never chosen by :func:`preconditioner_forms`:
+      measured slower than none there);
+    - ``"diagonal"``: ``1 / diag(s X'X / n + l2 I)`` (O(D) memory, O(n D) time);
+    - ``"none"``: the identity.
 
     Parameters
     ----------
@@ -126,49 +275,77 @@ def preconditioner(rows, n_classes, l2, n_threads=1):
         L2 weight of the objective (``1 / (C * n_rows)``), which bounds H0 where the rows have
         little or no variance.
     n_threads : int
+    form : str
+        One of :data:`PRECOND_FORMS`.
 
     Returns
     -------
-    ndarray (D, D), float32, symmetric
+    Preconditioner
     """
+    if form not in PRECOND_FORMS:
+        raise ValueError(f"preconditioner form must be one of {PRECOND_FORMS}, got {form!r}")
     chunks = [rows] if isinstance(rows, np.ndarray) else rows
-    gram, n = None, 0
+    if form == "none":
+        return Preconditioner("none")
+    s = (n_classes - 1) / float(n_classes) ** 2
+    if form == "lowrank":
+        return _lowrank_preconditioner(chunks, s, l2, n_threads)
+    acc, n, D = None, 0, None
     for chunk in chunks:
         chunk = np.ascontiguousarray(chunk, dtype=np.float32)
         if n % PRECOND_BLOCK:
             raise ValueError(f"every chunk of rows but the last must hold a multiple of {PRECOND_BLOCK} rows")
-        if gram is None:
-            gram = np.zeros((chunk.shape[1], chunk.shape[1]), dtype=np.float64)
-        if chunk.shape[0]:
+        D = chunk.shape[1]
+        if acc is None:
+            acc = np.zeros((D, D) if form == "dense" else D, dtype=np.float64)
+        if chunk.shape[0] and form == "dense":
             with limit_blas_threads():
-                _kernel.sgemm(True, chunk, chunk, gram, block_bounds(chunk.shape[0], PRECOND_BLOCK),
-                                     n > 0, n_threads)
+                _kernel.sgemm(True, chunk, chunk, acc, block_bounds(chunk.shape[0], PRECOND_BLOCK),
+                              n > 0, n_threads)
+        elif chunk.shape[0]:
+            # sums of squares: float32 within blocks of PRECOND_BLOCK rows, added in double, as
+            # the Gram matrix's diagonal is
+            for b in range(0, chunk.shape[0], PRECOND_BLOCK):
+                block = chunk[b:b + PRECOND_BLOCK]
+                acc += np.square(block).sum(axis=0)  # row after row: a fixed order per column
         n += chunk.shape[0]
-    if gram is None:
+    if acc is None:
         raise ValueError("preconditioner: no rows given")
-    D = gram.shape[0]
     if n == 0:
-        return np.eye(D, dtype=np.float32)
-    s = (n_classes - 1) / float(n_classes) ** 2
-    M = gram
-    M *= s / n
-    scale = float(np.trace(M)) / D
-    # the L2 weight, and a floor relative to the rows' scale so that H0 stays well defined
-    # in float32 where a feature is constant
-    M[np.diag_indices(D)] += max(float(l2), 1e-7 * scale) if scale > 0 else 1.0
-    # the inverse from the Cholesky factor, in place (one D x D double at a time); one BLAS
-    # thread, so that LAPACK's result does not depend on the thread count
-    with threadpool_limits(limits=1):
-        factor, info = scipy.linalg.lapack.dpotrf(M, lower=1, overwrite_a=1)
-        if info != 0:
-            raise ValueError("preconditioner: the rows' second-moment matrix is not positive definite")
-        inv, info = scipy.linalg.lapack.dpotri(factor, lower=1, overwrite_c=1)
-        if info != 0:
-            raise ValueError("preconditioner: could not invert the second-moment matrix")
-    # dpotri fills the lower triangle: mirror it
-    H0 = np.tril(inv).astype(np.float32)
-    H0 += np.tril(H0, -1).T
-    return H0
+        return (Preconditioner("dense", dense=np.eye(D, dtype=np.float32)) if form == "dense"
+                else Preconditioner("diagonal", diag=np.ones(D, dtype=np.float32)))
+    acc *= s / n
+    if form == "diagonal":
+        acc += _regularizer(float(acc.sum()), D, l2)
+        return Preconditioner("diagonal", diag=(1.0 / acc).astype(np.float32))
+    M = acc
+    M[np.diag_indices(D)] += _regularizer(float(np.trace(M)), D, l2)
+    return Preconditioner("dense", dense=_spd_inverse(M).astype(np.float32))
+
+
+def _lowrank_preconditioner(chunks, s, l2, n_threads):
+    """The ``"lowrank"`` form of :func:`preconditioner` (Woodbury identity)."""
+    parts = [np.ascontiguousarray(c, dtype=np.float32) for c in chunks]
+    if not parts:
+        raise ValueError("preconditioner: no rows given")
+    F = parts[0] if len(parts) == 1 else np.concatenate(parts)
+    del parts
+    n, D = F.shape
+    if n == 0:
+        return Preconditioner("diagonal", diag=np.ones(D, dtype=np.float32))
+    # K = F F' in double from float32 K-blocks over the columns, as the dense Gram matrix
+    K = np.zeros((n, n), dtype=np.float64)
+    Ft = np.ascontiguousarray(F.T)
+    with limit_blas_threads():
+        _kernel.sgemm(False, F, Ft, K, block_bounds(D, PRECOND_BLOCK), False, n_threads)
+    del Ft
+    # M = s F'F / n + lam I, and trace(F'F) = trace(F F')
+    lam = _regularizer(float(np.trace(K)) * s / n, D, l2)
+    K[np.diag_indices(n)] += n * lam / s
+    core = _spd_inverse(K)
+    core *= -1.0 / lam
+    return Preconditioner("lowrank", diag=np.full(D, 1.0 / lam, dtype=np.float32), factor=F,
+                          core=core.astype(np.float32))
 
 
 def super_blocks(positions, row_blocks, n_columns):
@@ -302,9 +479,10 @@ def train_models(Xa, y, member, n_classes, *, C=1.0, loss="ce", loss_params=None
     positions : ndarray of shape (n,), int64, optional
         Positions of the rows in the active set (sorted); they fix the summation blocks.
         Defaults to ``arange(n)``.
-    precond : None, "auto" or ndarray of shape (d + 1, d + 1), float32
-        Initial inverse Hessian of the solver (see :func:`preconditioner`), shared by the
-        models; ``"auto"`` estimates it from a sample of ``Xa``; None (or
+    precond : None, "auto", Preconditioner or ndarray of shape (d + 1, d + 1), float32
+        Initial inverse Hessian of the solver (see :func:`preconditioner`; an array is the
+        dense form), shared by the models; ``"auto"`` estimates it from a sample of ``Xa`` in
+        the first form of :func:`preconditioner_forms`; None (or
         ``options.precondition=False``): the identity.  It changes the solver's path, not
         its optimum.
     options : SolverOptions, optional
@@ -330,14 +508,20 @@ def train_models(Xa, y, member, n_classes, *, C=1.0, loss="ce", loss_params=None
     positions = np.arange(n, dtype=np.int64) if positions is None else np.asarray(positions, np.int64)
     l2 = 1.0 / (float(C) * n_rows)
     if not options.precondition or precond is None:
-        precond = np.empty((0, 0), dtype=np.float32)
+        precond = Preconditioner("none")
     elif isinstance(precond, str):
         if precond != "auto":
-            raise ValueError(f"precond must be None, 'auto' or a matrix, got {precond!r}")
-        sample = preconditioner_sample(n, D)
-        precond = preconditioner(Xa[sample], n_classes, float(np.mean(l2)), n_threads)
-    elif precond.shape != (D, D) or precond.dtype != np.float32 or not precond.flags.c_contiguous:
-        raise ValueError(f"precond must be a C-contiguous float32 array of shape {(D, D)}")
+            raise ValueError(f"precond must be None, 'auto', a Preconditioner or a matrix, got {precond!r}")
+        form = preconditioner_forms(n, D)[0]
+        sample = preconditioner_sample(n, D, form)
+        rows = Xa if sample.size == n else Xa[sample]  # no copy when the sample is every row
+        precond = preconditioner(rows, n_classes, float(np.mean(l2)), n_threads, form=form)
+    elif isinstance(precond, np.ndarray):
+        if precond.shape != (D, D) or precond.dtype != np.float32 or not precond.flags.c_contiguous:
+            raise ValueError(f"precond must be a C-contiguous float32 array of shape {(D, D)}")
+        precond = Preconditioner("dense", dense=precond)
+    elif not isinstance(precond, Preconditioner):
+        raise ValueError(f"precond must be None, 'auto', a Preconditioner or a matrix, got {type(precond).__name__}")
     if getattr(spec, "warmup", None) is not None:
         # e.g. truncated GCE: from all-zero weights every p_y = 1/C <= k, the gradient is
         # exactly zero and the solver cannot move; models starting at zero are first
@@ -346,8 +530,7 @@ def train_models(Xa, y, member, n_classes, *, C=1.0, loss="ce", loss_params=None
         if cold.any():
             start, _ = train_models(Xa, y, np.ascontiguousarray(member[:, cold]), n_classes, C=C,
                                     loss=spec.warmup, coef=np.ascontiguousarray(coef[cold]),
-                                    positions=positions,
-                                    precond=precond if precond.size else None, options=options,
+                                    positions=positions, precond=precond, options=options,
                                     n_threads=n_threads)
             coef[cold] = start
     row_blocks = row_blocks_from_positions(positions)
@@ -356,13 +539,16 @@ def train_models(Xa, y, member, n_classes, *, C=1.0, loss="ce", loss_params=None
     status = np.zeros(B, dtype=np.int32)
     fval = np.zeros(B, dtype=np.float64)
     n_eval = np.zeros(B, dtype=np.int32)
+    pre = precond.kernel_arguments(D)
     with limit_blas_threads():
         _kernel.train_block(
             Xa, y, member, n_rows, row_blocks, super_blocks(positions, row_blocks, D),
-            block_bounds(D, COL_BLOCK), precond, coef.reshape(B, D * n_classes),
+            block_bounds(D, COL_BLOCK), pre.get("dense", _NO_MATRIX), coef.reshape(B, D * n_classes),
             l2, inv_n, n_classes, spec.code, spec.params, spec.address,
             options.tol, options.ftol, options.max_iter, options.history,
             options.max_line_search, n_iter, status, fval, n_eval, n_threads,
+            pre_diag=pre.get("diag"), pre_factor=pre.get("factor"), pre_core=pre.get("core"),
+            pre_blocks=pre.get("factor_blocks"),
         )
     return coef, {"n_iter": n_iter, "status": status, "objective": fval, "n_eval": n_eval}
 

@@ -169,11 +169,12 @@ def _overhead_bytes(n, n_models, D, n_classes, budget):
 
 
 def _fit_predict_subsets(X, codes, center, member, heldout, *, n_classes, C, loss, options,
-                         max_memory, n_threads):
+                         max_memory, n_threads, bar=None):
     """Train one model per column of ``member`` and accumulate predictions where ``heldout``.
 
     Like ``engine.score_phase`` on the active set ``arange(N)``, but training sets are any
-    columns of ``member`` (N, K) and held-out sets any columns of ``heldout`` (N, K).
+    columns of ``member`` (N, K) and held-out sets any columns of ``heldout`` (N, K).  ``bar``
+    (a tqdm bar) counts the rows predicted.
     """
     budget = parse_memory(max_memory)
     n, d = X.shape
@@ -231,7 +232,17 @@ def _fit_predict_subsets(X, codes, center, member, heldout, *, n_classes, C, los
         kernel.predict_accumulate(Xa, codes[r], np.ascontiguousarray(heldout[r]), W, n_classes,
                                   s_seen, s_correct, s_prob, s_sum, n_threads)
         seen[r], correct[r], prob_label[r], proba_sum[r] = s_seen, s_correct, s_prob, s_sum
+        if bar is not None:
+            bar.set_description("out-of-fold: predicting", refresh=False)
+            bar.update(r.size)
     return seen, correct, prob_label, proba_sum, n_iter, status
+
+
+def _progress_bar(progress, total):
+    """A tqdm bar over ``total`` rows (hidden unless ``progress``), starting with the validation scan."""
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, disable=not progress, unit="row", desc="out-of-fold: validating rows", leave=False)
 
 
 def _normalize(proba_sum, seen):
@@ -243,25 +254,30 @@ def _normalize(proba_sum, seen):
 
 
 def oof_run(X, y, *, cv=5, C=1.0, loss="ce", loss_params=None, n_partitions=None, train_size=None,
-            max_memory=None, random_state=None, n_jobs=None, tol=1e-4, max_iter=1000, groups=None):
+            max_memory=None, random_state=None, n_jobs=None, tol=1e-4, max_iter=1000, groups=None,
+            progress=False):
     """Run the kernel once and return every held-out statistic (see :class:`OOFRun`).
 
-    Parameters are those of :func:`oof_predict_proba`.
+    Parameters are those of :func:`oof_predict_proba`; ``progress=True`` shows a tqdm bar
+    (rows validated, then rows predicted; the command line's ``oof`` uses it).
     """
     X = open_embeddings(X)
     n_rows = X.shape[0]
     C = _check_C(C)
     options = kernel.SolverOptions(tol=tol, max_iter=max_iter)
     n_threads = effective_n_threads(n_jobs)
-    parse_memory(max_memory)  # fail early on a bad budget string
+    budget = parse_memory(max_memory)  # fail early on a bad budget string
     if n_partitions is not None:
         labels = encode_labels(y, n_rows)
         spec = resolve_loss(loss, loss_params, labels.n_classes)
         settings = validate_settings(n_rows, target_size=0, n_partitions=n_partitions,
                                      train_size=0.5 if train_size is None else train_size,
                                      slice_size=1, tau=0.5, C=C)
-        center = scan_rows(X).astype(np.float32)
         t = settings.train_rows(n_rows)
+        engine.check_phase_memory(n_rows, n_rows, settings.n_partitions, t, X.shape[1], labels.n_classes,
+                                  budget, with_proba=True)  # before allocating the partitions
+        with _progress_bar(progress, n_rows) as bar:
+            center = scan_rows(X, progress=bar).astype(np.float32)
         train_pos = engine.partition_train_positions(engine.seed_entropy(random_state), 0, n_rows, t,
                                                      settings.n_partitions,
                                                      groups=partition_groups(groups, n_rows, t))
@@ -297,10 +313,12 @@ def oof_run(X, y, *, cv=5, C=1.0, loss="ce", loss_params=None, n_partitions=None
         if not covered.all():
             raise ValueError(f"{int(np.count_nonzero(~covered))} row(s) are in no test set; "
                              "the folds' test sets must cover every row")
-        center = scan_rows(X).astype(np.float32)
-        seen, correct, prob_label, proba_sum, n_iter, status = _fit_predict_subsets(
-            X, labels.codes, center, member, heldout, n_classes=labels.n_classes, C=C, loss=spec,
-            options=options, max_memory=max_memory, n_threads=n_threads)
+        with _progress_bar(progress, 2 * n_rows) as bar:
+            center = scan_rows(X, progress=bar).astype(np.float32)
+            bar.set_description(f"out-of-fold: training {K} models")
+            seen, correct, prob_label, proba_sum, n_iter, status = _fit_predict_subsets(
+                X, labels.codes, center, member, heldout, n_classes=labels.n_classes, C=C, loss=spec,
+                options=options, max_memory=max_memory, n_threads=n_threads, bar=bar)
         mode = "folds"
     return OOFRun(proba=_normalize(proba_sum, seen), seen=seen, correct=correct, prob_label=prob_label,
                   codes=labels.codes, classes=labels.classes, n_iter=n_iter, status=status, mode=mode)

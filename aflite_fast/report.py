@@ -8,7 +8,7 @@ a. Everything drawn is read from the report written by ``aflite-fast filter``: t
 b. The figure is a row of panels, one function each, listed in :data:`PANELS`; a panel takes
    ``(ax, report)`` and draws on ``ax``.  A new kind of per-phase record gets its panel by
    adding a function to the list.
-c. matplotlib is the optional extra ``aflite_fast[plots]``: imported only to draw, and its
+c. matplotlib is the optional extra ``plots``: imported only to draw, and its
    absence is an ImportError that names the extra.
 d. report.png belongs to the output set of DIR (:class:`aflite_fast.io.atomic.OutputSet`):
    ``filter --plot`` writes it with the other files; :func:`write_report_png` adds it to the
@@ -32,7 +32,8 @@ def require_matplotlib():
     try:
         import matplotlib
     except ImportError as exc:
-        raise ImportError("drawing report.png needs matplotlib: pip install 'aflite_fast[plots]'") from exc
+        raise ImportError("drawing report.png needs matplotlib: pip install matplotlib "
+                          "(or pip install '.[plots]' in a clone of aflite_fast)") from exc
     matplotlib.use("Agg")  # files only; never open a window
     import matplotlib.pyplot as plt
     return plt

@@ -1,6 +1,6 @@
 """Plain reference implementation of AFLite: one scikit-learn LogisticRegression per partition.
 
-This is the "obvious" implementation the package is measured against (issue 2, Benchmark):
+This is the "obvious" implementation the package is measured against (``compare_phase.py``):
 
 a. for each of m partitions, take a uniform random training set of size t from the active
    rows, fit ``sklearn.linear_model.LogisticRegression(C=C, max_iter=..., tol=...)`` on it in a
@@ -17,6 +17,12 @@ The training sets are not drawn here: the caller passes ``train_positions(phase,
 t)`` returning the positions (into the active rows) of partition j's training set in phase
 ``phase``, so that the baseline sees exactly the partitions the package sees and agreement can
 be measured row by row. ``package_partition_sampler`` wraps the package's own sampler.
+
+``tuned_phase`` is the same phase as a skilled user would set it up: float32 rows, partitions
+fitted in parallel by joblib's process workers (loky), each worker limited to one BLAS thread
+(threadpoolctl inside the worker).  A serial loop whose fits use two BLAS threads each
+(``baseline_phase``) is several times slower per fit on two cores, because NumPy's and
+SciPy's OpenBLAS pools wait for work against each other.
 """
 
 import time
@@ -26,6 +32,7 @@ from sklearn.linear_model import LogisticRegression
 
 __all__ = [
     "baseline_phase",
+    "tuned_phase",
     "baseline_aflite",
     "numpy_partition_sampler",
     "package_partition_sampler",
@@ -67,6 +74,25 @@ def package_partition_sampler(random_state, n_partitions):
         return cache[key][j]
 
     return train_positions
+
+
+def _phase_inputs(X, y, active, n_classes):
+    """The active rows as float32, their labels, the number of classes and zeroed counts."""
+    active = np.asarray(active, dtype=np.int64)
+    Xa = np.ascontiguousarray(X[active], dtype=np.float32)
+    ya = np.asarray(y[active], dtype=np.int64)
+    n = active.shape[0]
+    n_classes = int(y.max()) + 1 if n_classes is None else n_classes
+    return (Xa, ya, n_classes, np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64),
+            np.zeros(n, dtype=np.float64))
+
+
+def _accumulate(te, proba, ya, seen, correct, prob_label):
+    """Add one partition's held-out predictions (rows ``te``, probabilities ``proba``)."""
+    yt = ya[te]
+    seen[te] += 1
+    correct[te] += np.argmax(proba, axis=1) == yt
+    prob_label[te] += proba[np.arange(te.shape[0]), yt]
 
 
 def baseline_phase(
@@ -115,15 +141,8 @@ def baseline_phase(
     n_iter : list of int
         Only when ``return_n_iter``.
     """
-    active = np.asarray(active, dtype=np.int64)
-    n_active = active.shape[0]
-    if n_classes is None:
-        n_classes = int(y.max()) + 1
-    Xa = np.asarray(X[active], dtype=np.float32)
-    ya = np.asarray(y[active], dtype=np.int64)
-    correct = np.zeros(n_active, dtype=np.int64)
-    seen = np.zeros(n_active, dtype=np.int64)
-    prob_label = np.zeros(n_active, dtype=np.float64)
+    Xa, ya, n_classes, correct, seen, prob_label = _phase_inputs(X, y, active, n_classes)
+    n_active = ya.shape[0]
     n_iter = []
     for j in range(n_partitions):
         tr = np.asarray(train_positions(phase, j, n_active, train_size), dtype=np.int64)
@@ -135,11 +154,7 @@ def baseline_phase(
         n_iter.append(int(clf.n_iter_[0]))
         proba = np.zeros((te.shape[0], n_classes))
         proba[:, clf.classes_] = clf.predict_proba(Xa[te])
-        pred = np.argmax(proba, axis=1)
-        yt = ya[te]
-        seen[te] += 1
-        correct[te] += pred == yt
-        prob_label[te] += proba[np.arange(te.shape[0]), yt]
+        _accumulate(te, proba, ya, seen, correct, prob_label)
     if return_n_iter:
         return correct, seen, prob_label, n_iter
     return correct, seen, prob_label
@@ -167,6 +182,46 @@ def select_removal(correct, seen, prob_label, *, slice_size, tau, budget):
     mean_prob = prob_label[eligible] / seen[eligible]
     order = np.lexsort((eligible, -mean_prob, -scores[eligible]))
     return eligible[order[:budget]].astype(np.int64), int(eligible.size), scores
+
+
+def _tuned_fit_predict(Xa, ya, tr, n_classes, C, max_iter, tol):
+    """One partition in a worker: fit on rows ``tr`` with one BLAS thread, predict the rest."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1):
+        held = np.ones(Xa.shape[0], dtype=bool)
+        held[tr] = False
+        te = np.flatnonzero(held)
+        clf = LogisticRegression(C=C, max_iter=max_iter, tol=tol)
+        clf.fit(Xa[tr], ya[tr])
+        proba = np.zeros((te.shape[0], n_classes), dtype=np.float32)
+        proba[:, clf.classes_] = clf.predict_proba(Xa[te])
+    return te, proba, int(clf.n_iter_[0])
+
+
+def tuned_phase(X, y, active, train_positions, *, n_partitions=64, train_size, C=1.0, max_iter=1000,
+                tol=1e-4, n_classes=None, phase=0, n_jobs=2, return_n_iter=False):
+    """Score one phase as :func:`baseline_phase` does, set up as a skilled user would.
+
+    float32 rows, ``n_jobs`` joblib (loky) worker processes fitting partitions in parallel,
+    one BLAS thread in each (threadpoolctl inside the worker).  Same arguments and results
+    as :func:`baseline_phase`.
+    """
+    from joblib import Parallel, delayed
+
+    Xa, ya, n_classes, correct, seen, prob_label = _phase_inputs(X, y, active, n_classes)
+    n_active = ya.shape[0]
+    jobs = (delayed(_tuned_fit_predict)(Xa, ya, np.asarray(train_positions(phase, j, n_active, train_size),
+                                                            dtype=np.int64), n_classes, C, max_iter, tol)
+            for j in range(n_partitions))
+    n_iter = []
+    # results are added in partition order (joblib returns them in order)
+    for te, proba, it in Parallel(n_jobs=n_jobs, backend="loky")(jobs):
+        _accumulate(te, proba, ya, seen, correct, prob_label)
+        n_iter.append(it)
+    if return_n_iter:
+        return correct, seen, prob_label, n_iter
+    return correct, seen, prob_label
 
 
 def baseline_aflite(

@@ -1,6 +1,6 @@
 """One AFLite phase on a dask LocalCluster against the local engine; bytes moved per phase.
 
-Issue 7's benchmark.  Skewed, embedding-like data (``skewed_data.py``) of N x d float32 is
+The Dask backend's benchmark.  Skewed, embedding-like data (``skewed_data.py``) of N x d float32 is
 written once to a ``.npy`` file; then, in one run:
 
 a. local: ``engine.score_phase`` on the memory-mapped file (page cache warm), ``--threads``

@@ -1,34 +1,38 @@
 """One AFLite phase at the proportions large benchmarks use, against scikit-learn and the arithmetic floor.
 
-Issue 11's benchmark.  For N in {100000, 200000} rows of skewed, embedding-like data
-(``skewed_data.py``, d=768, C=3) and training shares t/N in {0.5, 0.1} (SNLI runs at about
-0.09), one phase of m=64 partitions is timed in ONE run:
+For N in {100000, 200000} rows of skewed, embedding-like data (``skewed_data.py``, d=768, C=3)
+and training shares t/N in {0.5, 0.1} (SNLI runs at about 0.09), one phase of m=64 partitions
+is timed in ONE run:
 
 a. ours: ``engine.score_phase`` (what ``aflite_fast.predictability`` and every phase of
    ``aflite`` call) with an ``engine.Workspace`` kept between the repeats, as the phases of an
    ``aflite`` run keep it (the first repeat allocates the row buffer, like a run's first
    phase); ``--repeat`` times, median;
-b. scikit-learn: one ``LogisticRegression`` per partition in a Python loop
-   (``baseline.baseline_phase``) on the package's own partitions; the first ``--sklearn-sample``
-   partitions are fitted and predicted and the time is scaled by m / sample (an estimate, said
-   so in the table); BLAS limited to ``--threads``;
-c. the floor: the flops the algorithm needs (per model and evaluation of objective and
+b. scikit-learn tuned (``baseline.tuned_phase``): what a skilled user sets up: float32 rows,
+   ``--threads`` joblib (loky) workers fitting partitions in parallel, one BLAS thread each;
+   the first ``--sklearn-sample`` partitions are fitted and predicted and the time is scaled
+   by m / sample (an estimate, said so in the table);
+c. scikit-learn naive (``baseline.baseline_phase``, only with ``--naive-sample`` > 0): one
+   ``LogisticRegression`` per partition in a serial Python loop, BLAS limited to
+   ``--threads``, scaled the same way;
+d. the floor: the flops the algorithm needs (per model and evaluation of objective and
    gradient, two products of t x (d+1) x C; prediction, one product of N x (d+1) x (m C)), at
-   the best measured GEMM rate on this machine (the package's deterministic GEMM and NumPy's
-   OpenBLAS on an (N x 769) @ (769 x 192) product, whichever is faster).  Evaluations are the
-   ones our solver made (``PhaseScores.n_eval``), so the floor measures the kernel, not the
-   solver.
+   the best GEMM rate measured in the same run (NumPy's float32 matmul, i.e. OpenBLAS
+   sgemm, and the package's deterministic GEMM on an (N x 769) @ (769 x 192) product, on
+   ``--threads`` threads, whichever is faster).  Evaluations are the ones our solver made
+   (``PhaseScores.n_eval``), so the floor measures the kernel, not the solver.
 
-The two sides are interleaved (ours, sklearn, ours, ...), so the load of this shared machine
-falls on both alike.  The table gives ours / floor, sklearn / ours, and the cost of the
-t/N = 0.1 phase relative to the t/N = 0.5 phase at the same N.
+The contenders are interleaved (ours, tuned, naive, ours, ...), so the load of this shared
+machine falls on all alike.  The table gives ours / floor, tuned / ours (and naive / ours),
+and the cost of the t/N = 0.1 phase relative to the t/N = 0.5 phase at the same N.
 
     PYTHONPATH=. python benchmarks/compare_scale.py [--sizes 100000 200000] [--repeat 3]
-        [--sklearn-sample 4] [--threads 2] [--json out.json]
+        [--sklearn-sample 8] [--naive-sample 0] [--threads 2] [--json out.json]
     PYTHONPATH=. python benchmarks/compare_scale.py --sizes 20000 --sklearn-sample 2 --repeat 1   # smoke
 """
 import argparse
 import json
+import os
 import platform
 import statistics
 import sys
@@ -40,13 +44,15 @@ from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from baseline import baseline_phase, package_partition_sampler  # noqa: E402
+from baseline import baseline_phase, package_partition_sampler, tuned_phase  # noqa: E402
 from skewed_data import make_skewed_embeddings  # noqa: E402
 
 from aflite_fast import _kernel, engine, kernel  # noqa: E402
 from aflite_fast.data import scan_rows  # noqa: E402
 
-CACHE = Path(__file__).resolve().parent / "_cache"
+#: Where the generated data is kept between runs (git-ignored beside this script unless the
+#: environment variable AFLITE_BENCH_CACHE names another folder).
+CACHE = Path(os.environ.get("AFLITE_BENCH_CACHE", Path(__file__).resolve().parent / "_cache"))
 
 
 def skewed(n, d, seed=0):
@@ -101,8 +107,10 @@ def main(argv=None):
     p.add_argument("--d", type=int, default=768)
     p.add_argument("--m", type=int, default=64)
     p.add_argument("--repeat", type=int, default=3)
-    p.add_argument("--sklearn-sample", type=int, default=4,
-                   help="partitions the scikit-learn loop fits (scaled to m)")
+    p.add_argument("--sklearn-sample", type=int, default=8,
+                   help="partitions tuned scikit-learn fits (scaled to m)")
+    p.add_argument("--naive-sample", type=int, default=0,
+                   help="partitions the naive scikit-learn loop fits (scaled to m; 0: not run)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--json", type=Path)
     a = p.parse_args(argv)
@@ -117,44 +125,61 @@ def main(argv=None):
               f"OpenBLAS {rate_blas:.0f} GF/s", flush=True)
         ours_phase(X[:2000], y[:2000], center, engine.partition_train_positions(0, 0, 2000, 500, 2),
                    a.threads)  # warm up lazily compiled helpers
+        tuned_phase(X[:2000], y[:2000], np.arange(2000), package_partition_sampler(0, 2), n_partitions=2,
+                    train_size=500, n_classes=C, n_jobs=a.threads)  # start the worker processes
         for share in a.shares:
             t = int(round(share * n))
             train_pos = engine.partition_train_positions(0, 0, n, t, m)
-            ours, skl = [], []
+            ours, skl, naive = [], [], []
             res = None
             workspace = engine.Workspace()
             for r in range(a.repeat):
                 s, res = ours_phase(X, y, center, train_pos, a.threads, workspace)
                 ours.append(s)
                 if r == 0:
+                    t0 = time.perf_counter()
+                    tuned_phase(X, y, np.arange(n), package_partition_sampler(0, m),
+                                n_partitions=a.sklearn_sample, train_size=t, n_classes=C, n_jobs=a.threads)
+                    skl.append((time.perf_counter() - t0) * m / a.sklearn_sample)
+                if r == 0 and a.naive_sample > 0:
                     with threadpool_limits(a.threads):
                         t0 = time.perf_counter()
                         baseline_phase(X, y, np.arange(n), package_partition_sampler(0, m),
-                                       n_partitions=a.sklearn_sample, train_size=t, n_classes=C)
-                        skl.append((time.perf_counter() - t0) * m / a.sklearn_sample)
+                                       n_partitions=a.naive_sample, train_size=t, n_classes=C)
+                        naive.append((time.perf_counter() - t0) * m / a.naive_sample)
             floor, f_train, f_pred = floor_seconds(res, t, n, D, C, m, rate)
             row = dict(N=n, share=share, t=t, m=m, d=a.d, ours=statistics.median(ours), ours_all=ours,
-                       sklearn_est=statistics.median(skl), sklearn_sample=a.sklearn_sample,
+                       tuned_est=statistics.median(skl), sklearn_sample=a.sklearn_sample,
+                       naive_est=statistics.median(naive) if naive else None, naive_sample=a.naive_sample,
                        floor=floor, floor_train_flops=f_train, floor_predict_flops=f_pred,
                        gemm_rate=rate, gemm_ours=rate_ours, gemm_blas=rate_blas,
                        iterations=float(res.n_iter.mean()), evaluations=float(res.n_eval.mean()),
                        seconds=res.seconds, n_blocks=res.n_blocks)
             rows.append(row)
             print(f"# N={n} t/N={share}: ours {row['ours']:.2f} s ({', '.join(f'{v:.2f}' for v in ours)}), "
-                  f"sklearn est. {row['sklearn_est']:.1f} s, floor {floor:.2f} s", flush=True)
+                  f"sklearn tuned est. {row['tuned_est']:.1f} s"
+                  + (f", naive est. {row['naive_est']:.1f} s" if naive else "")
+                  + f", floor {floor:.2f} s", flush=True)
     print()
+    naive_on = a.naive_sample > 0
     print(f"One phase, m={m}, d={a.d}, C=3, skewed data, {a.threads} threads; ours: median of {a.repeat}; "
-          f"sklearn: {a.sklearn_sample} of {m} partitions fitted and predicted, scaled to {m} (estimate).")
+          f"scikit-learn tuned (float32, {a.threads} loky workers, one BLAS thread each): "
+          f"{a.sklearn_sample} of {m} partitions fitted and predicted, scaled to {m} (estimate)"
+          + (f"; naive loop: {a.naive_sample} of {m}, scaled likewise" if naive_on else "") + ".")
+    print(f"Floor at {rows[0]['gemm_rate']:.0f} GF/s (best of NumPy sgemm {rows[0]['gemm_blas']:.0f} and "
+          f"ours {rows[0]['gemm_ours']:.0f}, measured in this run)." if rows else "")
     print()
     print("| N | t/N | t | ours (s) | iterations / evaluations per model | floor (s) | ours / floor "
-          "| sklearn, est. (s) | sklearn / ours | this phase / t/N=0.5 phase |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| sklearn tuned, est. (s) | tuned / ours |" + (" naive loop, est. (s) | naive / ours |" if naive_on else "")
+          + " this phase / t/N=0.5 phase |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if naive_on else "") + "---:|")
     for r in rows:
         base = next((b for b in rows if b["N"] == r["N"] and b["share"] == 0.5), None)
         rel = f"{r['ours'] / base['ours']:.2f}" if base is not None and base is not r else "-"
+        naive_cells = (f" {r['naive_est']:.0f} | {r['naive_est'] / r['ours']:.0f}x |" if naive_on else "")
         print(f"| {r['N']} | {r['share']} | {r['t']} | {r['ours']:.2f} | {r['iterations']:.1f} / {r['evaluations']:.1f} "
-              f"| {r['floor']:.2f} | {r['ours'] / r['floor']:.2f} | {r['sklearn_est']:.0f} "
-              f"| {r['sklearn_est'] / r['ours']:.0f}x | {rel} |")
+              f"| {r['floor']:.2f} | {r['ours'] / r['floor']:.2f} | {r['tuned_est']:.0f} "
+              f"| {r['tuned_est'] / r['ours']:.0f}x |{naive_cells} {rel} |")
     if a.json:
         a.json.write_text(json.dumps(dict(rows=rows, machine=platform.processor() or platform.machine(),
                                           argv=sys.argv[1:]), indent=2))

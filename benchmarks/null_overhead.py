@@ -1,6 +1,6 @@
-"""Cost of the permutation null (issue 15): a phase's seconds with and without ``null="permutation"``.
+"""Cost of the permutation null: a phase's seconds with and without ``null="permutation"``.
 
-On skewed, embedding-like data (``skewed_data.py``) at issue 2's size (N=20000, d=768, C=3,
+On skewed, embedding-like data (``skewed_data.py``) at the one-phase comparison's size (N=20000, d=768, C=3,
 m=64, t=10000), run AFLite for ``--phases`` phases without the null and with one
 permutation per phase (``n_null=1``), interleaved for ``--repeat`` rounds, and print per
 phase the median seconds of both, their ratio, and the L-BFGS iterations of the observed

@@ -1,6 +1,6 @@
 """AFLite at SNLI scale from a memory-mapped .npy: seconds per phase, the full run, peak memory.
 
-Issue 11's run: N = 550,000 rows x d = 1024 float32 (2.25 GB; embedding-like, skewed
+The SNLI-scale run: N = 550,000 rows x d = 1024 float32 (2.25 GB; embedding-like, skewed
 variances: ``skewed_data.write_skewed_embeddings``), C = 3, m = 64 partitions, t = 50,000
 training rows (t/N = 0.09), slice k = 10,000, target 180,000 rows, tau = 0.75.  The file is
 written once (chunk by chunk) to ``--path`` and opened by path, i.e. memory-mapped, never

@@ -7,14 +7,15 @@ a. A run interrupted after any phase and started again with the same checkpoint 
 b. The command line: a run killed with SIGKILL after its second phase and restarted with the
    same ``--checkpoint`` writes the same keep.npy, scores.npy and history; a restart with
    another tau is refused (exit code 2) and the checkpoint is left as it was.
-c. Other parameters or data (tau, seed, loss, X, y, groups) are a ValueError naming the
-   difference, and the file is not touched; a file that is not a checkpoint is refused.
+c. Other parameters or data (tau, seed, loss, X (one value of one row), y, groups) are a
+   ValueError naming the difference, and the file is not touched; a file that is not a checkpoint is refused.
 d. Writing is atomic: a write that fails half-way leaves the previous checkpoint whole and
    no temporary file; the temporary file a killed writer leaves is deleted by the next save
    (one of a live process is not).
 """
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -127,7 +128,7 @@ def test_other_parameters_or_data_are_refused(data, tmp_path, monkeypatch):
     _interrupted_run(monkeypatch, X, y, path, 1, RUN)
     before = path.read_bytes()
     X2 = X.copy()
-    X2[0, 0] += 1.0  # row 0 is in the fingerprint's sample
+    X2[N // 2 + 7, 3] += 1e-3  # one value of one row: the fingerprint covers every row
     y2 = y.copy()
     y2[5] = (y2[5] + 1) % 3
     refused = [
@@ -135,13 +136,13 @@ def test_other_parameters_or_data_are_refused(data, tmp_path, monkeypatch):
         (dict(RUN, random_state=4), X, y, {}, "parameters.seed"),
         (dict(RUN, slice_size=90), X, y, {}, "parameters.slice_size"),
         (dict(RUN, loss="gce"), X, y, {}, "parameters.loss"),
-        (RUN, X2, y, {}, "data.X.sample_sha256 differs"),
-        (RUN, X[:-1], y[:-1], {}, "data.X.shape differs"),
-        (RUN, X, y2, {}, "data.y.codes_sha256 differs"),
-        (RUN, X, y, dict(groups=groups), "data.groups differs"),
+        (RUN, X2, y, {}, "other data: X (an in-memory array) is not what it was saved with"),
+        (RUN, X[:-1], y[:-1], {}, "other data: X (an in-memory array) and y (the labels) are not"),
+        (RUN, X, y2, {}, "other data: y (the labels) is not"),
+        (RUN, X, y, dict(groups=groups), "other data: groups is not"),
     ]
     for run, Xr, yr, extra, message in refused:
-        with pytest.raises(ValueError, match=message.replace(".", r"\.")):
+        with pytest.raises(ValueError, match=re.escape(message)):
             aflite(Xr, yr, checkpoint=path, **run, **extra)
         assert path.read_bytes() == before
     garbage = tmp_path / "garbage.npz"

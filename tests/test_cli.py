@@ -101,7 +101,7 @@ HEAVY = ("numpy", "numba", "scipy", "sklearn", "tqdm", "threadpoolctl", "aflite_
 
 @pytest.mark.parametrize("argv", [["--version"], ["--help"], ["filter", "--help"], ["demo", "--help"],
                                   ["synthetic", "--help"], ["noise-robust", "--help"],
-                                  ["report", "--help"]])
+                                  ["report", "--help"], ["label-issues", "--help"]])
 def test_help_and_version_import_nothing_heavy(argv, child_process):
     """``aflite-fast --version``/``--help`` (and each subcommand's help) start without the
     kernel, NumPy or Numba: a fresh interpreter's sys.modules after the call says so."""
@@ -174,7 +174,9 @@ def test_max_memory_forms(emb_files):
     ("--n-null", "0", "argument --n-null: must be a positive integer, got '0'"),
     ("--stop", "never", "argument --stop: invalid choice: 'never'"),
     # refused by the library, whose parameter names become the flags
-    ("--partitions", "0", "--partitions must be >= 1, got 0"),
+    ("--partitions", "0", "--n-partitions must be >= 1, got 0"),
+    ("--n-partitions", "0", "--n-partitions must be >= 1, got 0"),
+    ("--n-jobs", "0", "argument --n-jobs: must be a positive integer, got '0'"),
     ("--slice-size", "0", "--slice-size must be >= 1, got 0"),
     ("--C", "0", "--C must be a positive number, got 0.0"),
     ("--seed", "-1", "--seed must be None, a non-negative int"),
@@ -212,6 +214,8 @@ def test_name_flags_keeps_ordinary_words_that_are_parameter_names():
                       "checkpoint 0.75, this run 0.7); give another checkpoint path", flags) == \
         ("--checkpoint 'c.npz' was written by a run with other parameters (parameters.tau: "
          "checkpoint 0.75, this run 0.7); give another checkpoint path")
+    assert name_flags("cannot read 'c.npz' (bad data); remove it or give another path", flags) == \
+        "cannot read 'c.npz' (bad data); remove it or give another path"
     assert name_flags("n_null must be an integer >= 1, got 0; remove must be 'row'", flags) == \
         "--n-null must be an integer >= 1, got 0; --remove must be 'row'"
 
@@ -224,7 +228,7 @@ def test_threads_above_the_cores_are_capped_with_a_note(emb_files, capsys):
     args = [a for a in _filter_args(tmp, "t", "--threads", str(cores + 7)) if a != "--quiet"]
     assert main(args) == 0
     err = capsys.readouterr().err
-    assert f"note: --threads {cores + 7} is more than the {cores} core(s) available; using {cores}" in err
+    assert f"note: --n-jobs {cores + 7} is more than the {cores} core(s) available; using {cores}" in err
     assert json.loads((tmp / "t" / "report.json").read_text())["parameters"]["n_jobs"] == cores
     assert main(_filter_args(tmp, "q", "--threads", str(cores + 7))) == 0
     assert capsys.readouterr().err == ""  # --quiet: no note
@@ -252,8 +256,34 @@ def test_forward_loss_takes_a_transition_file(emb_files, capsys):
     cases = [(["--loss", "forward"], "--loss forward needs --transition T.npy (a 2 x 2"),
              (["--transition", str(tmp / "T.npy")], "--transition applies to --loss forward only"),
              (["--loss", "forward", "--transition", str(tmp / "T3.npy")], "--transition must have shape (2, 2)"),
-             (["--loss", "forward", "--transition", str(tmp / "nope.npy")], "cannot read --transition")]
+             (["--loss", "forward", "--transition", str(tmp / "nope.npy")], "--transition: cannot read")]
     for extra, message in cases:
         assert main(_filter_args(tmp, "bad", *extra)) == 2
         assert message in capsys.readouterr().err
         assert not (tmp / "bad").exists()
+
+
+SUBCOMMAND_THREAD_FLAGS = {"filter": ("--n-jobs", "--n-partitions"), "demo": ("--n-jobs",),
+                           "synthetic": ("--n-jobs", "--n-partitions"), "noise-robust": ("--n-jobs",),
+                           "oof": ("--n-jobs", "--n-partitions"), "label-issues": ("--n-jobs",)}
+
+
+@pytest.mark.parametrize("command", sorted(SUBCOMMAND_THREAD_FLAGS))
+def test_one_flag_vocabulary_with_old_spellings_as_hidden_aliases(command, capsys):
+    """--n-jobs / --n-partitions everywhere; --threads / --partitions still parse to the same
+    value, and --help names only the canonical spelling."""
+    from aflite_fast.cli import build_parser
+
+    text = _help(capsys, command, "--help")
+    parser = build_parser()
+    required = {"filter": ["E", "L", "--out", "o", "--target-size", "1", "--train-size", "1"],
+                "synthetic": ["--out", "o"], "noise-robust": ["--out", "o"], "demo": [],
+                "oof": ["E", "L", "--out", "o.npy"], "label-issues": ["E", "L", "--out", "o.csv"]}[command]
+    for flag in SUBCOMMAND_THREAD_FLAGS[command]:
+        old = {"--n-jobs": "--threads", "--n-partitions": "--partitions"}[flag]
+        assert flag in text and old not in text
+        dest = flag[2:].replace("-", "_")
+        assert getattr(parser.parse_args([command, *required, flag, "3"]), dest) == 3
+        assert getattr(parser.parse_args([command, *required, old, "3"]), dest) == 3
+        default = getattr(parser.parse_args([command, *required]), dest)
+        assert default == (64 if flag == "--n-partitions" and command != "oof" else None)

@@ -1,4 +1,4 @@
-"""RobustLogisticRegression follows scikit-learn's estimator contract (issue 14, item 5).
+"""RobustLogisticRegression and AFLite follow scikit-learn's estimator contract.
 
 a. Every check of ``sklearn.utils.estimator_checks.parametrize_with_checks`` runs on the
    default estimator and on a noise-robust loss with explicit parameters.  Checks that cannot
@@ -9,6 +9,15 @@ b. The loss parameters are explicit constructor parameters, exactly the registry
    scikit-learn's own: unknown names are rejected, clone keeps a transition matrix, a
    parameter the loss does not take is an error at fit, and one given twice too.
 c. NotFittedError before fit; NaN or inf, or another width, at predict raise ValueError.
+d. Feature names: scikit-learn's own ``check_dataframe_column_names_consistency`` (not among
+   the checks ``parametrize_with_checks`` yields) passes, and a DataFrame whose columns are
+   reordered at predict is refused, as LogisticRegression refuses it.  The checks that
+   LogisticRegression passes and this estimator does not run are about parameters it does not
+   have (``sample_weight``, ``class_weight``, ``sparsify``, scikit-learn's internal
+   ``_parameter_constraints``): ``NOT_APPLICABLE`` lists them.
+e. ``AFLite.fit_resample`` gives a DataFrame and a Series back for a DataFrame and a Series,
+   so a later step selecting columns by name works; pandas stays optional (never imported by
+   the package: DataFrames are recognised by their ``iloc``, as scikit-learn does).
 """
 import inspect
 
@@ -100,3 +109,84 @@ def test_unfitted_and_bad_predict_input(seed, make_problem):
             getattr(est, method)(bad)
         with pytest.raises(ValueError, match="X has 2 features, but RobustLogisticRegression is expecting 3"):
             getattr(est, method)(X[:, :2])
+
+
+#: scikit-learn checks that LogisticRegression passes and this estimator does not run: each is
+#: about a parameter or method it does not have.
+NOT_APPLICABLE = {
+    "check_sample_weights_*, check_all_zero_sample_weights_error, check_sample_weight_equivalence_*":
+        "fit has no sample_weight",
+    "check_class_weight_balanced_linear_classifier": "no class_weight parameter",
+    "check_sparsify_coefficients": "no sparsify method (coefficients are dense by design)",
+    "check_param_validation": "scikit-learn's internal _parameter_constraints; parameters are checked at fit",
+}
+
+
+def test_dataframe_column_names_as_scikit_learn_checks_them():
+    pytest.importorskip("pandas")
+    from sklearn.utils.estimator_checks import check_dataframe_column_names_consistency
+
+    for estimator in (RobustLogisticRegression(n_jobs=1), RobustLogisticRegression(loss="gce", q=0.7, n_jobs=1)):
+        check_dataframe_column_names_consistency(type(estimator).__name__, estimator)
+
+
+def test_reordered_columns_at_predict_are_refused(seed):
+    pd = pytest.importorskip("pandas")
+    from sklearn.linear_model import LogisticRegression
+
+    rng = np.random.default_rng([seed, 9])
+    X = pd.DataFrame(rng.standard_normal((300, 4)) * [1.0, 3.0, 0.1, 2.0], columns=["w", "x", "y", "z"])
+    y = (X["x"] - X["z"] > 0).astype(np.int64)
+    reordered = X[["z", "y", "x", "w"]]
+    for estimator in (LogisticRegression(), RobustLogisticRegression(n_jobs=1)):
+        estimator.fit(X, y)
+        assert estimator.feature_names_in_.tolist() == ["w", "x", "y", "z"]
+        for method in ("predict", "predict_proba", "decision_function", "score"):
+            args = (reordered, y) if method == "score" else (reordered,)
+            with pytest.raises(ValueError, match="Feature names must be in the same order as they were in fit"):
+                getattr(estimator, method)(*args)
+    assert not hasattr(RobustLogisticRegression(n_jobs=1).fit(X.to_numpy(), y), "feature_names_in_")
+
+
+def test_fit_resample_keeps_dataframes_and_series(seed):
+    pd = pytest.importorskip("pandas")
+    from sklearn.compose import ColumnTransformer
+    from sklearn.preprocessing import StandardScaler
+
+    from aflite_fast import AFLite
+
+    rng = np.random.default_rng([seed, 10])
+    values = rng.standard_normal((400, 3)).astype(np.float32)
+    X = pd.DataFrame(values, columns=["a", "b", "c"], index=np.arange(1000, 1400))
+    y = pd.Series(np.where(values[:, 0] + 0.5 * values[:, 1] > 0, "yes", "no"), index=X.index, name="label")
+    sampler = AFLite(target_size=300, train_size=0.5, slice_size=40, n_partitions=16, random_state=0, n_jobs=1)
+    X_kept, y_kept = sampler.fit_resample(X, y)
+    keep = sampler.sample_indices_
+    assert isinstance(X_kept, pd.DataFrame) and isinstance(y_kept, pd.Series)
+    assert list(X_kept.columns) == ["a", "b", "c"] and y_kept.name == "label"
+    assert X_kept.index.tolist() == (1000 + keep).tolist() and y_kept.index.equals(X_kept.index)
+    np.testing.assert_array_equal(X_kept.to_numpy(), values[keep])
+    # the same rows as for arrays, and a later step that selects columns by name works
+    X_arr, y_arr = AFLite(**sampler.get_params()).fit_resample(values, y.to_numpy())
+    np.testing.assert_array_equal(X_arr, values[keep]) and np.testing.assert_array_equal(y_arr, y_kept.to_numpy())
+    assert isinstance(X_arr, np.ndarray) and isinstance(y_arr, np.ndarray)
+    scaled = ColumnTransformer([("scale", StandardScaler(), ["a", "c"])]).fit_transform(X_kept)
+    assert scaled.shape == (X_kept.shape[0], 2)
+
+
+def test_filtering_path_works_without_pandas(child_process):
+    """pandas stays optional: with it made unimportable, the estimators run on arrays (scikit-
+    learn itself imports pandas when it is installed, so its absence is what can be tested)."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nsys.modules['pandas'] = None  # import pandas now raises ImportError\n"
+            "import numpy as np\nfrom aflite_fast import AFLite, RobustLogisticRegression\n"
+            "rng = np.random.default_rng(0)\nX = rng.standard_normal((200, 3)).astype(np.float32)\n"
+            "y = (X[:, 0] > 0).astype(int)\n"
+            "Xk, yk = AFLite(target_size=150, train_size=0.5, slice_size=20, n_partitions=8).fit_resample(X, y)\n"
+            "pred = RobustLogisticRegression().fit(Xk, yk).predict(X)\n"
+            "print('OK', type(Xk).__name__, pred.shape[0])\n")
+    proc = subprocess.run([sys.executable, "-c", code], **child_process, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "OK ndarray 200"

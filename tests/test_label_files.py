@@ -141,8 +141,8 @@ def test_one_and_one_point_zero_are_one_class(files, capsys):
     assert_same_as_npy(tmp, path, capsys)
     frac = read_labels_file(write(tmp, "frac.txt", ["1", "1.5", "1.0", "-2e1"]))
     assert frac.dtype == np.float64 and frac.tolist() == [1.0, 1.5, 1.0, -20.0]
-    words = read_labels_file(write(tmp, "words.txt", ["1", "1.0", "one", "nan"]))
-    assert words.tolist() == ["1", "1.0", "one", "nan"]  # not all numbers: compared as written
+    words = read_labels_file(write(tmp, "words.txt", ["1", "1.0", "one", "inf"]))
+    assert words.tolist() == ["1", "1.0", "one", "inf"]  # not all numbers: compared as written
 
 
 def test_tsv_and_quoted_fields(files, capsys):

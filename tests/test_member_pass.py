@@ -141,8 +141,8 @@ def test_preconditioner_chunks_threads_and_shape(seed, make_problem):
     rng = np.random.default_rng([seed, 5])
     X, _ = make_problem(rng, 3000, 40, 3)
     Xa = np.ascontiguousarray(kernel.augment_rows(X, X.mean(axis=0).astype(np.float32)))
-    whole = kernel.preconditioner(Xa, 3, 1e-4, n_threads=1)
-    chunks = kernel.preconditioner((Xa[i:i + 512] for i in range(0, 3000, 512)), 3, 1e-4, n_threads=2)
+    whole = kernel.preconditioner(Xa, 3, 1e-4, n_threads=1).dense
+    chunks = kernel.preconditioner((Xa[i:i + 512] for i in range(0, 3000, 512)), 3, 1e-4, n_threads=2).dense
     assert np.array_equal(whole, chunks)
     assert whole.shape == (41, 41) and whole.dtype == np.float32 and np.array_equal(whole, whole.T)
     assert np.linalg.eigvalsh(whole.astype(np.float64)).min() > 0

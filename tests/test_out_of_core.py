@@ -3,7 +3,8 @@
 a. The same ``keep``, ``removed`` and ``scores`` as the in-memory run with a large budget,
    for float32 and float16 files, while the small budget forces many blocks of partitions
    and many prediction chunks.
-b. A budget too small for the per-row arrays or for one partition is a clear MemoryError.
+b. A budget too small for the per-row arrays or for one partition is a clear MemoryError; one
+   too small for the solver's preconditioner only takes a cheaper form of it (with a warning).
 c. A ``.npy`` path is accepted and gives the same result.
 d. ``gather_rows`` on sorted rows equals ``X[rows] - center`` whatever its scratch size.
 """
@@ -19,7 +20,8 @@ KW = dict(target_size=7550, n_partitions=6, train_size=400, slice_size=150, tau=
 # bytes: the float32 file is 4.1 MB, the float16 file 2 MB; about 0.68 MB of the budget goes
 # to the per-row arrays, one partition's training needs about 0.35 MB more (rows, solver
 # state, the preconditioner product's packing buffer) and two about 0.73 MB; the solver's
-# preconditioner needs about 0.53 MB for a moment before training (engine.preconditioner_bytes).
+# preconditioner needs about 0.53 MB for a moment before training (engine.preconditioner_bytes),
+# its diagonal form about 0.4 MB.
 SMALL = 1_300_000
 
 
@@ -83,11 +85,21 @@ def test_budget_below_one_partition_is_memory_error(problem, readonly_memmap, se
     # covers the per-row arrays (about 0.68 MB here) but not one partition's 400 rows + solver
     with pytest.raises(MemoryError, match="too small to train one partition"):
         aflite(mm, y, max_memory=900_000, random_state=seed, **KW)
-    # covers one partition but not the preconditioner's moment (about 1.35 MB with the arrays)
-    with pytest.raises(MemoryError, match="too small for the solver's preconditioner"):
-        aflite(mm, y, max_memory=1_100_000, random_state=seed, **KW)
     with pytest.raises(MemoryError, match="per-row arrays"):
         aflite(mm, y, max_memory=300_000, random_state=seed, **KW)
+
+
+def test_budget_below_the_preconditioner_falls_back_to_a_cheaper_form(problem, readonly_memmap, seed):
+    X, y = problem
+    # covers one partition but not the dense preconditioner's moment (about 1.2 MB with the
+    # arrays): the run goes on with the diagonal form, never a MemoryError for it alone
+    with pytest.warns(RuntimeWarning, match="using the diagonal form"):
+        small = aflite(readonly_memmap(X), y, max_memory=1_100_000, random_state=seed, **KW)
+    full = aflite(X, y, random_state=seed, **KW)
+    # the same optimum by another path: the same rows kept but for a handful near a tie
+    assert small.keep.size == full.keep.size
+    assert np.intersect1d(small.keep, full.keep).size >= full.keep.size - 5
+    assert all(h.solver_status["converged"] == KW["n_partitions"] for h in small.history)
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])

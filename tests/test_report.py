@@ -118,10 +118,10 @@ def test_missing_matplotlib_and_bad_dir(files, monkeypatch, capsys):
     tmp, _ = files
     out, _ = _run(tmp)
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now fails
-    with pytest.raises(ImportError, match=r"aflite_fast\[plots\]"):
+    with pytest.raises(ImportError, match="pip install matplotlib"):
         report.write_report_png(out)
     assert main(["report", str(out)]) == 2
-    assert "aflite_fast[plots]" in capsys.readouterr().err
+    assert "pip install matplotlib" in capsys.readouterr().err
     assert not (out / "report.png").exists()
     assert main(["filter", str(tmp / "emb.npy"), str(tmp / "labels.npy"), "--out", str(tmp / "o2"), *ARGS,
                  "--plot"]) == 2

@@ -15,22 +15,23 @@ flags the user typed.
 
 Exit codes: 0 success; 2 bad input or a refusal of the system (a command line argparse
 refuses, ValueError, MemoryError, a missing optional dependency, OSError such as a full disk:
-one line on stderr); 130 Ctrl-C and
-143 SIGTERM, after the run removed what it had staged (outputs are written through
+one line on stderr); 130 Ctrl-C and 143 SIGTERM, at any moment from the start of :func:`main`
+(argument parsing, NumPy code, Numba and compiled kernel calls), one line on stderr, after the
+run removed what it had staged (outputs are written through
 :class:`aflite_fast.io.atomic.OutputSet`, never half-way).
 """
 import importlib
+import re
 import signal
 import sys
 import threading
-from contextlib import contextmanager
 
 from .._version import __version__
 from ._args import ArgumentParser, UsageError, name_flags
 
 #: Subcommand modules, in the order ``--help`` lists them; one line registers a subcommand.
 #: A module missing from this build (an optional one) is skipped.
-SUBCOMMANDS = ("_filter", "_report", "_demo", "_synthetic", "_noise_robust", "_label_issues")
+SUBCOMMANDS = ("_filter", "_oof", "_report", "_demo", "_synthetic", "_noise_robust", "_label_issues")
 
 
 class Terminated(KeyboardInterrupt):
@@ -59,55 +60,95 @@ def build_parser():
     return parser
 
 
-@contextmanager
-def _sigterm_raises():
-    """While active, SIGTERM raises :class:`Terminated` in the main thread (as SIGINT raises
-    KeyboardInterrupt), so ``with`` blocks clean up; the previous handler is restored after.
+class _SignalsRaise:
+    """While active (``with``), the first SIGINT raises KeyboardInterrupt and the first SIGTERM
+    :class:`Terminated` in the main thread, so that ``with`` blocks clean up as the run unwinds;
+    a later signal of either kind is noted but raises nothing more, so a second Ctrl-C cannot
+    break the clean-up of the first into a traceback.  The previous handlers come back on exit.
 
-    The handler runs between Python bytecodes: inside a long compiled call (a kernel block)
-    it waits for that call to return, as Ctrl-C does.
+    The handler runs between Python bytecodes: inside a long compiled call (a kernel block) it
+    waits for that call to return.  A signal that lands inside a Numba function surfaces as a
+    SystemError whose cause is the KeyboardInterrupt (Numba's dispatcher returns with the
+    exception set); :func:`_interruption` finds it there.
     """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
 
-    def handler(signum, frame):
-        raise Terminated()
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    def __init__(self):
+        self.first = None
+        self._previous = {}
+
+    def _handler(self, signum, frame):
+        if self.first is not None:
+            return  # already unwinding
+        self.first = signum
+        raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for signum in self.SIGNALS:
+                self._previous[signum] = signal.signal(signum, self._handler)
+        return self
+
+    def __exit__(self, *exc):
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        return False
+
+
+def _interruption(exc):
+    """The KeyboardInterrupt (or :class:`Terminated`) behind ``exc``: itself, or one in its
+    chain of causes and contexts (a Numba call interrupted raises SystemError from it; a
+    clean-up that failed while unwinding raises from it), else None."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def main(argv=None):
-    """Entry point of ``aflite-fast``; returns the process exit code."""
-    parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except UsageError as exc:
-        print(exc, file=sys.stderr)
-        return 2
-    if getattr(args, "func", None) is None:
-        parser.print_help()
-        return 2
-    prog = f"aflite-fast {args.command}"
-    try:
-        with _sigterm_raises():
+    """Entry point of ``aflite-fast``; returns the process exit code.
+
+    Signals are caught from its first line, argument parsing included: Ctrl-C anywhere gives
+    exit code 130 and SIGTERM 143, each with one line on stderr.
+    """
+    words = sys.argv[1:] if argv is None else list(argv)
+    # the subcommand named in messages, also before argparse has read it (a signal while parsing)
+    prog = f"aflite-fast {words[0]}" if words and re.fullmatch(r"[a-z][a-z-]*", words[0]) else "aflite-fast"
+    args = None
+    with _SignalsRaise() as signals:
+        try:
+            parser = build_parser()
+            try:
+                args = parser.parse_args(argv)
+            except UsageError as exc:
+                print(exc, file=sys.stderr)
+                return 2
+            if getattr(args, "func", None) is None:
+                parser.print_help()
+                return 2
+            prog = f"aflite-fast {args.command}"
             return int(args.func(args) or 0)
-    except (ValueError, MemoryError, ImportError, OSError) as exc:
-        # ImportError: an optional dependency a subcommand needs (e.g. matplotlib); OSError:
-        # the system refused something (disk full, ...), the run's staged outputs are removed
-        message = name_flags(str(exc), getattr(args, "_flags", {}))
-        print(f"{prog}: error: {message}", file=sys.stderr)
-        return 2
-    except Terminated:
-        print(f"{prog}: terminated (SIGTERM); no output written", file=sys.stderr)
-        return 128 + signal.SIGTERM
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted; no output written", file=sys.stderr)
-        return 128 + signal.SIGINT
+        except BaseException as exc:  # noqa: B036 - sorted below; anything else is re-raised
+            interrupt = _interruption(exc)
+            if interrupt is not None:
+                signals.first = signals.first or signal.SIGINT  # later signals: no second line
+                if isinstance(interrupt, Terminated) or signals.first == signal.SIGTERM:
+                    print(f"{prog}: terminated (SIGTERM); no output written", file=sys.stderr)
+                    return 128 + signal.SIGTERM
+                print(f"{prog}: interrupted; no output written", file=sys.stderr)
+                return 128 + signal.SIGINT
+            if isinstance(exc, (ValueError, MemoryError, ImportError, OSError)):
+                # ImportError: an optional dependency a subcommand needs (e.g. matplotlib);
+                # OSError: the system refused something (disk full, ...); the run's staged
+                # outputs are removed
+                message = name_flags(str(exc), getattr(args, "_flags", {}))
+                print(f"{prog}: error: {message}", file=sys.stderr)
+                return 2
+            raise
 
 
 if __name__ == "__main__":  # python -m aflite_fast.cli

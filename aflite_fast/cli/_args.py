@@ -17,7 +17,7 @@ class UsageError(Exception):
 
 class ArgumentParser(argparse.ArgumentParser):
     """argparse's parser, except that a bad command line raises :class:`UsageError` with
-    argparse's own one-line message (``aflite-fast filter: error: argument --threads: ...``)
+    argparse's own one-line message (``aflite-fast filter: error: argument --n-jobs: ...``)
     instead of printing the usage above it and exiting: every refusal of the command line is
     one line on stderr and exit code 2, whether argparse or the run finds it.  Subparsers
     made by ``add_subparsers`` are of this class too.  ``--help`` and ``--version`` still exit
@@ -71,7 +71,7 @@ def cap_threads(requested, prog, quiet=False):
     if requested is None or requested <= available:
         return requested
     if not quiet:
-        print(f"{prog}: note: --threads {requested} is more than the {available} core(s) "
+        print(f"{prog}: note: --n-jobs {requested} is more than the {available} core(s) "
               f"available; using {available}", file=sys.stderr)
     return available
 
@@ -80,17 +80,38 @@ def name_flags(message, flags):
     """``message`` with each Python parameter name of ``flags`` replaced by its flag.
 
     The library's errors name parameters (``n_jobs must be ...``); on the command line the
-    user typed flags (``--threads``).  Only whole names are replaced: not ``C`` in
+    user typed flags (``--n-jobs``).  Only whole argument names are replaced: not ``C`` in
     ``C-contiguous`` nor ``T`` in ``T.npy``.  A name that is also an ordinary word (lowercase
-    letters only: ``groups``, ``null``, ``stop``, ``tau``) is replaced only where it names the
-    parameter, at the start of the message or of a clause (after "; ") or before "=", so that
-    "the largest of the 3 groups" or "the permutation null" keep their words.
+    letters only: ``groups``, ``null``, ``remove``, ``stop``, ``tau``) is replaced only where
+    it names the argument: before "=", or as the subject of the message or of a clause (after
+    "; ") followed by a verb of the library's messages (``must``, ``has``, ...), a quoted
+    value or punctuation, so that "the largest of the 3 groups", "the permutation null" or "; remove
+    it or give another path" keep their words.
     """
     for param, flag in flags.items():
         name = re.escape(param)
         if param.isalpha() and param.islower():
-            pattern = rf"(?:(?<=^)|(?<=; )){name}(?![\w-]|\.\w)|(?<![\w.-]){name}(?==)"
+            subject = rf"(?:(?<=^)|(?<=; )){name}(?={_SUBJECT_FOLLOWERS})"
+            pattern = rf"{subject}|(?<![\w.-]){name}(?==)"
         else:
             pattern = rf"(?<![\w.-]){name}(?![\w-]|\.\w)"
         message = re.sub(pattern, flag, message)
     return message
+
+
+#: What follows a parameter name that is the subject of a library message: a verb the
+#: messages use, its quoted value (``checkpoint 'c.npz' was written ...``), or punctuation.
+_SUBJECT_FOLLOWERS = r" (?:must|has|holds|contains|needs|is|cannot|should)\b| ['\"]|[:.,)]|$"
+
+
+def add_flag(parser, flag, *aliases, **kwargs):
+    """``parser.add_argument(flag, **kwargs)``, plus each of ``aliases`` (an older spelling)
+    accepted with the same meaning but not shown by ``--help``, which names ``flag`` only.
+
+    An error about a value names the spelling the user typed (argparse names the action).
+    """
+    action = parser.add_argument(flag, **kwargs)
+    hidden = {key: value for key, value in kwargs.items() if key in ("type", "choices", "metavar", "action", "nargs")}
+    for alias in aliases:
+        parser.add_argument(alias, dest=action.dest, help=argparse.SUPPRESS, default=argparse.SUPPRESS, **hidden)
+    return action

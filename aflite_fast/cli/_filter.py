@@ -7,7 +7,7 @@ import warnings
 from .._loss_names import LOSS_NAMES
 from .._mode_names import NULL_MODES, REMOVE_MODES, STOP_RULES
 from .._version import __version__
-from ._args import HelpFormatter, cap_threads, memory_size, positive_int
+from ._args import HelpFormatter, add_flag, cap_threads, memory_size, positive_int
 
 #: Files the command writes into --out, switched in together (aflite_fast.io.atomic).
 OUTPUT_NAMES = ("keep.npy", "scores.npy", "report.json")
@@ -16,11 +16,11 @@ PLOT_NAME = "report.png"
 
 #: Library parameter names -> the flags of this command, for error messages.
 PARAMETER_FLAGS = {
-    "target_size": "--target-size", "n_partitions": "--partitions", "train_size": "--train-size",
+    "target_size": "--target-size", "n_partitions": "--n-partitions", "train_size": "--train-size",
     "slice_size": "--slice-size", "tau": "--tau", "C": "--C", "max_memory": "--max-memory",
-    "random_state": "--seed", "n_jobs": "--threads", "max_iter": "--max-iter", "T": "--transition",
+    "random_state": "--seed", "n_jobs": "--n-jobs", "max_iter": "--max-iter", "T": "--transition",
     "groups": "--groups", "remove": "--remove", "checkpoint": "--checkpoint", "null": "--null",
-    "n_null": "--n-null", "stop": "--stop",
+    "n_null": "--n-null", "stop": "--stop", "scheduler": "--scheduler",
 }
 
 _DESCRIPTION = """\
@@ -59,22 +59,47 @@ def train_size_arg(text):
             raise ValueError(f"--train-size must be an integer or a fraction, got {text!r}") from None
 
 
-def add_parser(subparsers):
-    p = subparsers.add_parser(
-        "filter", help="filter an embedding file (.npy) with AFLite", description=_DESCRIPTION,
-        epilog=_EPILOG, formatter_class=HelpFormatter)
+def add_input_arguments(p, labels_help="labels: .npy/.npz, or text/CSV (see below)"):
+    """EMB, LABELS and the options of a labels file (``filter``, ``oof`` and ``label-issues``
+    read them alike)."""
     p.add_argument("embeddings", metavar="EMB", help="embeddings: EMB.npy, EMB.npz or EMB.npz:KEY")
-    p.add_argument("labels", metavar="LABELS", help="labels: .npy/.npz, or text/CSV (see below)")
+    p.add_argument("labels", metavar="LABELS", help=labels_help)
     p.add_argument("--labels-column", default=None, metavar="NAME|INDEX",
                    help="label column of a CSV/TSV labels file: a header name (with "
                         "--labels-header) or a 0-based index")
     p.add_argument("--labels-header", action="store_true",
                    help="the first line of the labels file names its columns")
+
+
+def add_model_arguments(p):
+    """The linear models' options: --C, --loss, --transition, --max-iter."""
+    p.add_argument("--C", type=float, default=1.0, help="inverse L2 strength (scikit-learn's C)")
+    p.add_argument("--loss", choices=LOSS_NAMES, default="ce", help="training loss")
+    p.add_argument("--transition", metavar="T.npy", default=None,
+                   help="noise transition matrix for --loss forward: C x C .npy, T[i, j] = "
+                        "P(noisy label j | true label i), classes in sorted label order")
+    p.add_argument("--max-iter", type=positive_int, default=1000, help="L-BFGS steps per model at most")
+
+
+def add_groups_arguments(p, help):
+    """--groups FILE (``help`` says what the command does with it) and the options of its file."""
+    p.add_argument("--groups", default=None, metavar="FILE", help=help)
+    p.add_argument("--groups-column", default=None, metavar="NAME|INDEX",
+                   help="group column of a CSV/TSV groups file, as --labels-column")
+    p.add_argument("--groups-header", action="store_true",
+                   help="the first line of the groups file names its columns")
+
+
+def add_parser(subparsers):
+    p = subparsers.add_parser(
+        "filter", help="filter an embedding file (.npy) with AFLite", description=_DESCRIPTION,
+        epilog=_EPILOG, formatter_class=HelpFormatter)
+    add_input_arguments(p)
     p.add_argument("--out", required=True, metavar="DIR", help="output directory (created)")
     p.add_argument("--target-size", type=int, required=True, metavar="N",
                    help="n: stop once this many rows remain (never keep fewer); must be below the "
                         "number of rows, e.g. the size you want the filtered set to have")
-    p.add_argument("--partitions", type=int, default=64, metavar="M", help="m: models per phase")
+    add_flag(p, "--n-partitions", "--partitions", type=int, default=64, metavar="M", help="m: models per phase")
     p.add_argument("--train-size", type=train_size_arg, required=True, metavar="T",
                    help="t: training rows per model (an integer), or a fraction in (0, 1) of the "
                         "active rows; the paper uses the size of the embedding model's warm-up "
@@ -84,30 +109,20 @@ def add_parser(subparsers):
                    help="remove only rows predicted correctly by at least this share of the models "
                         "that held them out; filtering stops when fewer than K rows reach it (see "
                         "--stop); lower it to filter harder")
-    p.add_argument("--C", type=float, default=1.0, help="inverse L2 strength (scikit-learn's C)")
-    p.add_argument("--loss", choices=LOSS_NAMES, default="ce", help="training loss")
-    p.add_argument("--transition", metavar="T.npy", default=None,
-                   help="noise transition matrix for --loss forward: C x C .npy, T[i, j] = "
-                        "P(noisy label j | true label i), classes in sorted label order")
-    p.add_argument("--max-iter", type=positive_int, default=1000, help="L-BFGS steps per model at most")
+    add_model_arguments(p)
     p.add_argument("--max-memory", type=memory_size, default=None, metavar="SIZE",
                    help="memory budget: bytes, or K/M/G/T (powers of 1000, also KB/MB/GB/TB) or "
                         "Ki/Mi/Gi/Ti (powers of 1024, also KiB/...), e.g. 500M, 2GB, 1GiB "
                         "(default: RAM / 4)")
     p.add_argument("--seed", type=int, default=0, help="random seed")
-    p.add_argument("--threads", type=positive_int, default=None,
+    add_flag(p, "--n-jobs", "--threads", type=positive_int, default=None, metavar="N",
                    help="threads, capped at the available cores (default: all cores); results do "
                         "not depend on it")
     p.add_argument("--scheduler", default=None, metavar="ADDRESS",
-                   help="run on a Dask cluster (e.g. tcp://host:8786); needs aflite_fast[dask]")
-    p.add_argument("--groups", default=None, metavar="FILE",
-                   help="group id per row (.npy/.npz, or text read as LABELS is, see below): every "
-                        "model trains on whole groups, so rows of a group are never split between "
-                        "training and held out")
-    p.add_argument("--groups-column", default=None, metavar="NAME|INDEX",
-                   help="group column of a CSV/TSV groups file, as --labels-column")
-    p.add_argument("--groups-header", action="store_true",
-                   help="the first line of the groups file names its columns")
+                   help="run on a Dask cluster (e.g. tcp://host:8786); needs dask (pip install '.[dask]' in a clone)")
+    add_groups_arguments(p, "group id per row (.npy/.npz, or text read as LABELS is, see below): every "
+                            "model trains on whole groups, so rows of a group are never split between "
+                            "training and held out")
     p.add_argument("--remove", choices=REMOVE_MODES, default="row",
                    help="row: remove single rows; group: remove whole groups whose mean score "
                         "reaches tau (needs --groups)")
@@ -126,7 +141,7 @@ def add_parser(subparsers):
                         "null's mean + 3 sd (at least sqrt(mean)) x sqrt(1 + 1/N); both: whichever "
                         "comes first (docs/null.md)")
     p.add_argument("--plot", action="store_true",
-                   help="also draw DIR/report.png (see 'aflite-fast report'); needs aflite_fast[plots]")
+                   help="also draw DIR/report.png (see 'aflite-fast report'); needs matplotlib")
     p.add_argument("--quiet", action="store_true", help="no progress bar, notes or summary")
     return p
 
@@ -152,10 +167,12 @@ def _loss_params(args, n_classes):
                          "noise transition matrix)")
     import numpy as np
 
+    from ..io.arrayfile import open_array_file
+
     try:
-        T = np.load(args.transition, allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"cannot read --transition {args.transition!r}: {exc}") from exc
+        T = np.array(open_array_file(args.transition, "the transition matrix"))
+    except ValueError as exc:  # names the file and the problem (a text file is not unpickled)
+        raise ValueError(f"--transition: {exc}") from None
     return {"T": T}
 
 
@@ -164,10 +181,14 @@ def run(args):
     from ..io.labelfile import read_labels_file
     from ..data import open_embeddings
     from ..io.atomic import OutputSet
-    from .._solver_status import ConvergenceWarning, total_status
+    from ..io.watch import InputWatch
+    from .._solver_status import NOT_CONVERGED_MESSAGE, total_status
 
     prog = "aflite-fast filter"
     start = time.perf_counter()
+    # checked again before the outputs are committed (the run checks EMB at every phase too)
+    watch = InputWatch([("EMB", args.embeddings), ("LABELS", args.labels), ("--groups", args.groups),
+                        ("--transition", args.transition)])
     X = open_embeddings(args.embeddings)
     y = read_labels_file(args.labels, column=args.labels_column, header=args.labels_header)
     n_rows = X.shape[0]
@@ -190,22 +211,23 @@ def run(args):
     import numpy as np
 
     loss_params = _loss_params(args, len(np.unique(y)))
-    params = dict(target_size=args.target_size, n_partitions=args.partitions,
+    params = dict(target_size=args.target_size, n_partitions=args.n_partitions,
                   train_size=args.train_size, slice_size=args.slice_size, tau=args.tau, C=args.C,
                   loss=args.loss, max_memory=args.max_memory, random_state=args.seed,
-                  n_jobs=cap_threads(args.threads, prog, args.quiet), max_iter=args.max_iter,
+                  n_jobs=cap_threads(args.n_jobs, prog, args.quiet), max_iter=args.max_iter,
                   remove=args.remove, null=args.null, n_null=args.n_null, stop=args.stop)
     extra = {}
     if args.scheduler:
-        from ..distributed import close_client, connect  # needs the extra aflite_fast[dask]
+        from ..distributed import close_client, connect  # needs the optional dask
 
         extra = dict(backend="dask", client=connect(args.scheduler))
     try:
         # Entered before the first phase: an unwritable or busy --out fails now, not at the end.
-        with OutputSet(args.out, OUTPUT_NAMES + ((PLOT_NAME,) if args.plot else ()), label="--out") as out:
+        with OutputSet(args.out, OUTPUT_NAMES + ((PLOT_NAME,) if args.plot else ()), label="--out",
+                       before_commit=watch.check) as out:
             with warnings.catch_warnings():
                 # counted in the history; the note below says it once, in the CLI's words
-                warnings.simplefilter("ignore", ConvergenceWarning)
+                warnings.filterwarnings("ignore", message=NOT_CONVERGED_MESSAGE)
                 result = aflite(X, y, progress=not args.quiet, loss_params=loss_params, groups=groups,
                                 checkpoint=args.checkpoint, **params, **extra)
             seconds = time.perf_counter() - start

@@ -1,6 +1,8 @@
 """``aflite-fast noise-robust``: noise-robust losses vs cross-entropy under label noise."""
 import time
 
+from ._args import add_flag, cap_threads, positive_int
+
 __all__ = ["add_parser", "run"]
 
 #: Library parameter names -> this command's flags, for error messages.
@@ -10,10 +12,10 @@ PARAMETER_FLAGS = {"n_jobs": "--n-jobs", "max_iter": "--max-iter", "max_train": 
 _DESCRIPTION = """\
 Compare the kernel's losses (ce, gce, gce_trunc, mae, sce, forward with the true noise
 matrix) as linear models on raw pixels, trained on labels with synthetic noise (uniform
-0/20/40/60%%, pair-flip 40%%) and scored on clean test labels, as in Zhang & Sabuncu
+0/20/40/60%, pair-flip 40%) and scored on clean test labels, as in Zhang & Sabuncu
 (NeurIPS 2018). Datasets: scikit-learn's bundled digits; Fashion-MNIST from the Debian
 package dataset-fashion-mnist. Writes DIR/table.csv, DIR/table.md and DIR/figure.png (the
-figure needs matplotlib: pip install 'aflite_fast[plots]').
+figure needs matplotlib: pip install '.[plots]' in a clone of the repository).
 """
 
 
@@ -63,7 +65,8 @@ def add_parser(subparsers):
     p.add_argument("--fashion-mnist-dir", default=FASHION_MNIST_DIR,
                    help=f"directory of the Fashion-MNIST IDX files (default {FASHION_MNIST_DIR})")
     p.add_argument("--max-iter", type=int, default=1000, help="L-BFGS steps per fit (default 1000)")
-    p.add_argument("--n-jobs", type=int, default=None, help="kernel threads (default: all)")
+    add_flag(p, "--n-jobs", "--threads", type=positive_int, default=None, metavar="N",
+             help="threads, capped at the available cores (default: all cores); results do not depend on it")
     p.add_argument("--no-plot", action="store_true", help="write only the tables, no figure")
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary")
     p.set_defaults(func=run)
@@ -96,7 +99,8 @@ def run(args):
         args.out, plot=not args.no_plot, datasets=tuple(args.datasets),
         settings=tuple(args.noise) if args.noise else DEFAULT_SETTINGS, losses=losses,
         n_seeds=args.seeds, C=args.C, max_train=args.max_train,
-        data_dir=args.fashion_mnist_dir, max_iter=args.max_iter, n_jobs=args.n_jobs,
+        data_dir=args.fashion_mnist_dir, max_iter=args.max_iter,
+        n_jobs=cap_threads(args.n_jobs, "aflite-fast noise-robust", args.quiet),
         progress=not args.quiet)
     if not args.quiet:
         written = "table.csv, table.md" + ("" if args.no_plot else ", figure.png")

@@ -13,7 +13,7 @@ report.png joins DIR's output set (docs/outputs.md): it is drawn from the report
 in place and the set, with it, is switched in whole, so DIR's files always come from one run.
 The command waits for no one: while a filter run holds DIR it refuses.
 
-Needs matplotlib: pip install 'aflite_fast[plots]'.
+Needs matplotlib (pip install matplotlib, or pip install '.[plots]' in a clone of the repository).
 """
 
 

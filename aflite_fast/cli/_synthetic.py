@@ -2,6 +2,8 @@
 
 import time
 
+from ._args import add_flag, cap_threads, positive_int
+
 __all__ = ["add_parser", "run"]
 
 #: Library parameter names -> this command's flags, for error messages.
@@ -13,7 +15,7 @@ Reproduce the synthetic experiment of Le Bras et al. (ICML 2020, section 3): con
 circles at four separation levels with class-specific spurious features on 75% of each
 class (labels of some biased rows flipped in the most separated set). For each level, fit
 logistic regression and an RBF SVM before and after AFLite and write DIR/table.csv,
-DIR/table.md and DIR/figure.png (the figure needs matplotlib: pip install 'aflite_fast[plots]').
+DIR/table.md and DIR/figure.png (the figure needs matplotlib: pip install '.[plots]' in a clone of the repository).
 """
 
 
@@ -80,9 +82,11 @@ def add_parser(subparsers):
         default=0.02,
         help="AFLite slice size as a share of the rows (default 0.02)",
     )
-    p.add_argument("--n-partitions", type=int, default=64, help="AFLite partitions (default 64)")
+    add_flag(p, "--n-partitions", "--partitions", type=int, default=64, metavar="M",
+             help="AFLite partitions (default 64)")
     p.add_argument("--tau", type=float, default=0.75, help="AFLite threshold (default 0.75)")
-    p.add_argument("--n-jobs", type=int, default=None, help="threads for AFLite (default: all)")
+    add_flag(p, "--n-jobs", "--threads", type=positive_int, default=None, metavar="N",
+             help="threads, capped at the available cores (default: all cores); results do not depend on it")
     p.add_argument("--no-plot", action="store_true", help="write only the tables, no figure")
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary")
     p.set_defaults(func=run)
@@ -121,7 +125,7 @@ def run(args):
         n_partitions=args.n_partitions,
         tau=args.tau,
         random_state=args.seed,
-        n_jobs=args.n_jobs,
+        n_jobs=cap_threads(args.n_jobs, "aflite-fast synthetic", args.quiet),
         progress=not args.quiet,
     )
     if not args.quiet:

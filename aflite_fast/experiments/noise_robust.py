@@ -66,7 +66,7 @@ def _require_matplotlib():
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError(
             "the noise-robust figure needs matplotlib, an optional dependency: install it with "
-            "`pip install 'aflite_fast[plots]'` (or pass plot=False / --no-plot)") from exc
+            "`pip install matplotlib` (or pass plot=False / --no-plot)") from exc
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 

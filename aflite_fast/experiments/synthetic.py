@@ -83,7 +83,7 @@ def _require_matplotlib():
     except ImportError as exc:
         raise ImportError(
             "the synthetic experiment's figure needs matplotlib, an optional dependency: "
-            "install it with `pip install 'aflite_fast[plots]'` (or pass plot=False / "
+            "install it with `pip install matplotlib` (or pass plot=False / "
             "--no-plot to write only the tables)"
         ) from exc
     return Figure, FigureCanvasAgg

@@ -82,9 +82,30 @@ def open_array_file(spec, what="array"):
             raise ValueError(f"':{key}' selects an array of a .npz archive, but this is not one")
         if not start.startswith(_NPY_MAGIC):
             raise ValueError(f"not a .npy or .npz file (it starts with {start!r})")
+        with open(path, "rb") as fh:
+            read_npy_header(fh)  # a corrupt header is refused in our words, not numpy's parser's
         return np.load(path, mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
         raise ValueError(f"cannot read {what} from {os.fspath(spec)!r}: {exc}") from exc
+
+
+def read_npy_header(fh, what="the file"):
+    """``(shape, fortran_order, dtype)`` from the ``.npy`` header at ``fh``'s position.
+
+    numpy's own messages about a corrupt header show its parser's internals (an ``ast`` node's
+    repr, the raw header bytes); this says what is wrong in plain words.
+    """
+    try:
+        version = np.lib.format.read_magic(fh)
+    except ValueError:
+        raise ValueError(f"{what} does not start with a .npy header") from None
+    if version not in _NPY_HEADER_READERS:
+        raise ValueError(f"{what} has .npy format version {version[0]}.{version[1]}, which cannot be mapped")
+    try:
+        return _NPY_HEADER_READERS[version](fh)
+    except (ValueError, SyntaxError, TypeError, KeyError, EOFError):
+        raise ValueError(f"{what} has a corrupt .npy header (it does not describe an array's shape, dtype "
+                         "and order)") from None
 
 
 def _open_npz(path, key):
@@ -107,10 +128,7 @@ def _open_npz(path, key):
         fields = _ZIP_LOCAL_HEADER.unpack(fh.read(_ZIP_LOCAL_HEADER.size))
         member_start = info.header_offset + _ZIP_LOCAL_HEADER.size + fields[-2] + fields[-1]
         fh.seek(member_start)
-        version = np.lib.format.read_magic(fh)
-        if version not in _NPY_HEADER_READERS:
-            raise ValueError(f"array {key!r} has .npy format version {version}, which cannot be mapped")
-        shape, fortran, dtype = _NPY_HEADER_READERS[version](fh)
+        shape, fortran, dtype = read_npy_header(fh, f"array {key!r}")
         offset = fh.tell()
     if dtype.hasobject:
         raise ValueError(f"array {key!r} holds Python objects, which cannot be read without unpickling")

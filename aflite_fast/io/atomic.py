@@ -81,6 +81,10 @@ class OutputSet:
     extend : bool, default=False
         Keep the files of the committed set that ``names`` does not list: they are carried into
         the new set (module docstring, h) and :meth:`file` gives their staged path to read.
+    before_commit : callable, optional
+        Called with no argument just before the set is switched in; an exception it raises
+        discards the set instead (e.g. :meth:`aflite_fast.io.watch.InputWatch.check`: inputs
+        that changed during the run).
 
     Examples
     --------
@@ -89,11 +93,12 @@ class OutputSet:
     ...     out.save_text("b.txt", "second")
     """
 
-    def __init__(self, path, names, *, label="output directory", extend=False):
+    def __init__(self, path, names, *, label="output directory", extend=False, before_commit=None):
         self.path = os.path.abspath(os.fspath(path))
         self.names = tuple(names)
         self.label = label
         self.extend = extend
+        self.before_commit = before_commit
         for name in self.names:
             if not name or name.startswith(".") or os.path.basename(name) != name:
                 raise ValueError(f"output name {name!r} must be a plain, non-hidden file name")
@@ -282,6 +287,8 @@ class OutputSet:
         missing = [n for n in self.names if not os.path.isfile(os.path.join(self._staging, n))]
         if missing:
             raise RuntimeError(f"output set incomplete: {missing} not written")
+        if self.before_commit is not None:
+            self.before_commit()
         for name in self.names:
             _fsync_path(os.path.join(self._staging, name))
         _fsync_path(self._staging)

@@ -15,7 +15,11 @@ e. Every row has the same number of fields and a non-empty label.  Blank lines a
    skipping it would shift every later label onto the wrong row.
 f. If every label is a number, labels are numbers: ``1``, ``1.0`` and ``01`` are one class
    (int64 when all are whole, float64 otherwise).  Otherwise labels are strings, compared as
-   written.  Words numpy would read as numbers (``nan``, ``inf``) are strings.
+   written.  ``inf`` is a string, as numpy would read it as a number.
+h. A missing value is refused naming its line, as an empty field is: ``nan`` in any case
+   (``NaN``, ``-nan``) and the usual spreadsheet and pandas markers (``NA``, ``N/A``, ``n/a``,
+   ``<NA>``, ``#N/A``, ``NULL``, ``null``, ``None``).  Made a class of its own, a missing
+   label would be learned and filtered like any other.
 g. Without ``header=True``, a first line that is not a number above labels that all are is
    refused as a likely header.
 
@@ -36,6 +40,8 @@ from .arrayfile import looks_like_array_file, open_array_file
 
 _NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 _INTEGER = re.compile(r"[+-]?\d+")
+#: Markers of a missing value (rule h); ``nan`` is matched in any case.
+_MISSING = re.compile(r"NA|N/A|n/a|<NA>|#N/A|#NA|NULL|null|None")
 
 
 class _Kind(NamedTuple):
@@ -143,6 +149,9 @@ def _labels_column(rows, path, column, header, kind):
     for line, fields in rows:
         if not fields[index]:
             raise ValueError(f"line {line} of {what} has an empty {kind.singular}")
+        if _MISSING.fullmatch(fields[index]) or fields[index].lower().lstrip("+-") == "nan":
+            raise ValueError(f"line {line} of {what} has a missing {kind.singular} ({fields[index]!r}); "
+                             f"every row needs one")
         out.append((line, fields[index]))
     return out
 

@@ -1,6 +1,6 @@
-"""asv benchmarks: out-of-fold probabilities (issue 6) and the deterministic GEMM's shapes.
+"""asv benchmarks: out-of-fold probabilities and the deterministic GEMM's shapes.
 
-``OOF`` times ``oof_predict_proba`` on skewed data at a small size and at the issue's size
+``OOF`` times ``oof_predict_proba`` on skewed data at a small size and at the reference size
 (N=50000, d=768, 5 classes, 5 folds; scikit-learn's ``cross_val_predict`` there takes about
 40 s, so the ratio is measured by ``benchmarks/bench_oof.py``, not inside asv).
 
@@ -19,7 +19,7 @@ from skewed_data import make_skewed_embeddings
 SEED = 0
 N_THREADS = 2
 # name: (N, d, classes)
-OOF_SIZES = {"small": (5000, 128, 5), "issue": (50000, 768, 5)}
+OOF_SIZES = {"small": (5000, 128, 5), "reference": (50000, 768, 5)}
 
 
 class OOF:

@@ -7,7 +7,7 @@ result quality (agreement with the one-LogisticRegression-per-partition baseline
 partitions) and ``peakmem_*`` the peak resident memory of the call.
 
 Sizes: "small" runs in seconds and is the one compared with the baseline inside asv;
-"issue" is the size of the issue-2 benchmark (N=20000, d=768, C=3, m=64, t=10000), timed for
+"reference" is the size of the one-phase comparison (``compare_phase.py``) (N=20000, d=768, C=3, m=64, t=10000), timed for
 the package only (the baseline takes minutes per phase there: use ``compare_phase.py``).
 """
 import inspect
@@ -27,7 +27,7 @@ N_THREADS = 2
 # name: (N, d, C, m, t)
 SIZES = {
     "small": (4000, 128, 3, 16, 2000),
-    "issue": (20000, 768, 3, 64, 10000),
+    "reference": (20000, 768, 3, 64, 10000),
 }
 
 
@@ -201,7 +201,7 @@ class FullRun:
 
 
 class PhaseScale:
-    """One phase at large-benchmark proportions (issue 11): t/N = 0.5 and 0.1 at N=100000,
+    """One phase at large-benchmark proportions: t/N = 0.5 and 0.1 at N=100000,
     d=768, m=64 (``benchmarks/compare_scale.py`` adds N=200000, the sklearn loop and the
     floor).  ``track_*`` give the solver's mean iterations per model."""
 

@@ -1,0 +1,74 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""Row-level helpers of the filtering path, compiled at build time (see ``_rows.py``).
+
+They run on every call (input checks, the membership matrix of a phase), so they are
+prebuilt rather than compiled at run time: a new process pays no compilation for them.
+None allocates anything the size of X.
+"""
+from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.string cimport memset
+
+ctypedef fused bits_t:
+    uint16_t
+    uint32_t
+    uint64_t
+
+
+def first_nonfinite_row(const bits_t[:, :] bits, bits_t exp_mask):
+    """Index of the first row holding NaN or inf, or -1.
+
+    ``bits`` is X viewed as unsigned integers of the same width (float16 -> uint16, float32
+    -> uint32, float64 -> uint64), any strides; a value is NaN or inf exactly when all its
+    exponent bits are set.  Working on the bits handles float16 alike.
+    """
+    cdef Py_ssize_t n = bits.shape[0], d = bits.shape[1], i, k, found = -1
+    with nogil:
+        for i in range(n):
+            for k in range(d):
+                if bits[i, k] & exp_mask == exp_mask:
+                    found = i
+                    break
+            if found >= 0:
+                break
+    return found
+
+
+def first_row_beyond(const double[:, ::1] X, double limit):
+    """Index of the first row of X with NaN, inf or a value of magnitude above ``limit``, or -1."""
+    cdef Py_ssize_t n = X.shape[0], d = X.shape[1], i, k, found = -1
+    cdef double v
+    with nogil:
+        for i in range(n):
+            for k in range(d):
+                v = X[i, k]
+                if not (-limit <= v <= limit):  # also true for NaN
+                    found = i
+                    break
+            if found >= 0:
+                break
+    return found
+
+
+def membership_matrix(const int64_t[:, :] train_positions, int64_t n_rows, uint8_t[:, ::1] out):
+    """out[pos, j] = 1 for every training position of partition j (out is zeroed here).
+
+    train_positions : int64 (m, t) sorted training positions of each partition; negative
+        entries (``engine.TRAIN_PAD``, padding of partitions with fewer than t rows) are skipped.
+    out : uint8 (n_rows, m).
+    """
+    cdef Py_ssize_t m = train_positions.shape[0], t = train_positions.shape[1], j, r
+    cdef int64_t pos, bad = -1
+    if out.shape[0] != n_rows or out.shape[1] != m:
+        raise ValueError(f"membership_matrix: out must have shape ({n_rows}, {m})")
+    with nogil:
+        if out.shape[0] > 0 and m > 0:
+            memset(&out[0, 0], 0, out.shape[0] * m)
+        for j in range(m):
+            for r in range(t):
+                pos = train_positions[j, r]
+                if pos >= n_rows:
+                    bad = pos
+                elif pos >= 0:
+                    out[pos, j] = 1
+    if bad >= 0:
+        raise IndexError(f"membership_matrix: position {bad} beyond {n_rows} rows")

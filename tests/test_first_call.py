@@ -1,0 +1,76 @@
+"""What a new process loads for the filtering path (its fixed cost; timed in benchmarks/first_call.py).
+
+a. ``import aflite_fast`` and a first ``predictability`` (and ``aflite``) on tiny data load
+   neither scikit-learn, nor SciPy, nor Numba: the row helpers are compiled at build time, the
+   small preconditioner inverts with NumPy, sparse input is recognised without importing SciPy.
+b. The demo's table (AFLite, then cross-validated accuracy on the package's kernel) loads no
+   scikit-learn either.
+c. ``ConvergenceWarning`` stays scikit-learn's class: ``_solver_status.ConvergenceWarning`` is
+   it, and a model that did not converge warns with it.
+"""
+import json
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+HEAVY = ("sklearn", "scipy", "numba")
+
+
+def _loaded_after(code):
+    script = code + (
+        "\nimport sys, json\n"
+        f"print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules if m.split('.')[0] in {HEAVY!r}}})))\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_first_predictability_and_aflite_load_no_sklearn_scipy_or_numba():
+    loaded = _loaded_after(
+        "import numpy as np\n"
+        "import aflite_fast\n"
+        "rng = np.random.default_rng(0)\n"
+        "X = rng.standard_normal((300, 8)).astype(np.float32)\n"
+        "y = rng.integers(0, 3, 300)\n"
+        "r = aflite_fast.predictability(X, y, n_partitions=4, train_size=100, random_state=0)\n"
+        "assert np.isfinite(r.scores).sum() > 250\n"
+        "aflite_fast.aflite(X, y, target_size=200, n_partitions=4, train_size=100, slice_size=20,\n"
+        "                   tau=0.5, random_state=0, progress=False)\n")
+    assert loaded == []
+
+
+def test_demo_table_loads_no_sklearn():
+    loaded = _loaded_after("from aflite_fast.cli._demo import demo_table\n"
+                           "demo_table(n_samples=400, seed=0, progress=False)\n")
+    assert "sklearn" not in loaded and "numba" not in loaded
+
+
+def test_convergence_warning_is_sklearns_class():
+    from sklearn.exceptions import ConvergenceWarning
+
+    from aflite_fast import _solver_status
+
+    assert _solver_status.ConvergenceWarning is ConvergenceWarning
+    with pytest.raises(AttributeError):
+        _solver_status.NoSuchName  # noqa: B018
+    with pytest.warns(ConvergenceWarning, match=_solver_status.NOT_CONVERGED_MESSAGE):
+        _solver_status.warn_not_converged({"converged": 1, "max_iter": 2})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warnings.filterwarnings("ignore", message=_solver_status.NOT_CONVERGED_MESSAGE)
+        _solver_status.warn_not_converged({"converged": 1, "max_iter": 2})  # what the CLI silences
+
+
+def test_sparse_input_is_still_refused():
+    scipy_sparse = pytest.importorskip("scipy.sparse")
+    from aflite_fast.data import open_embeddings
+
+    with pytest.raises(TypeError, match="sparse"):
+        open_embeddings(scipy_sparse.csr_matrix(np.eye(3, dtype=np.float32)))

@@ -1,0 +1,137 @@
+"""Tests of the solver's preconditioner in its forms (kernel.preconditioner, engine's choice).
+
+a. The low-rank form (Woodbury identity) is the dense form's matrix; the diagonal form is the
+   inverse of that matrix's diagonal; the dense and diagonal forms do not depend on how the
+   sample is chunked or on the thread count.
+b. The kernel's product with each form (``_kernel.precond_apply``) is H0 V, bitwise the same
+   with 1 and 2 threads and whichever columns share the call.
+c. Training with each form: a block of models gives bitwise each model's result alone, with
+   1 and 2 threads.
+d. Wide rows (fewer rows than columns): the estimator builds no preconditioner (measured
+   fastest there) and reaches scikit-learn's optimum.
+e. The choice of form: none where the sample has fewer rows than columns, dense up to
+   kernel.DENSE_MAX_COLUMNS, else diagonal; a budget too small for one falls back to the next
+   (down to none), never to a MemoryError.
+"""
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.linear_model import LogisticRegression
+from threadpoolctl import threadpool_limits
+
+from aflite_fast import RobustLogisticRegression, _kernel, engine, kernel
+
+
+def _rows(make_problem, seed, n, d, n_classes=3):
+    rng = np.random.default_rng([seed, n, d])
+    X, y = make_problem(rng, n, d, n_classes, signal=0.5)
+    Xa = np.ascontiguousarray(kernel.augment_rows(X, X.mean(axis=0).astype(np.float32)))
+    return Xa, y.astype(np.int32)
+
+
+def test_forms_are_the_matrix_they_claim(seed, make_problem):
+    Xa, _ = _rows(make_problem, seed, 300, 40)
+    n, D = Xa.shape
+    l2 = 1e-3
+    M = (2 / 9) * (Xa.T.astype(np.float64) @ Xa) / n + l2 * np.eye(D)
+    dense = kernel.preconditioner(Xa, 3, l2, form="dense")
+    low = kernel.preconditioner(Xa, 3, l2, form="lowrank")
+    diag = kernel.preconditioner(Xa, 3, l2, form="diagonal")
+    assert low.factor.shape == (n, D) and low.core.shape == (n, n) and low.form == "lowrank"
+    np.testing.assert_allclose(dense.matrix() @ M, np.eye(D), atol=2e-3)
+    np.testing.assert_allclose(low.matrix() @ M, np.eye(D), atol=2e-3)
+    np.testing.assert_allclose(diag.diag, 1.0 / np.diag(M), rtol=1e-5)
+    assert kernel.preconditioner(Xa, 3, l2, form="none").matrix() is None
+    with pytest.raises(ValueError, match="form must be one of"):
+        kernel.preconditioner(Xa, 3, l2, form="sparse")
+
+
+@pytest.mark.parametrize("form", ["dense", "diagonal"])
+def test_chunked_sample_and_threads_give_the_same_bits(seed, make_problem, form):
+    Xa, _ = _rows(make_problem, seed, 3000, 40)
+    whole = kernel.preconditioner(Xa, 3, 1e-4, n_threads=1, form=form)
+    chunks = kernel.preconditioner((Xa[i:i + 512] for i in range(0, 3000, 512)), 3, 1e-4, n_threads=2,
+                                   form=form)
+    assert np.array_equal(whole.matrix(), chunks.matrix())
+
+
+@pytest.mark.parametrize("form", ["dense", "lowrank", "diagonal"])
+def test_kernel_product_is_h0_v_whatever_the_threads_and_columns(seed, make_problem, form):
+    Xa, _ = _rows(make_problem, seed, 200, 300)
+    D = Xa.shape[1]
+    pre = kernel.preconditioner(Xa, 3, 1e-3, form=form)
+    V = np.random.default_rng(seed).standard_normal((D, 12)).astype(np.float32)
+    cb = kernel.block_bounds(D, kernel.COL_BLOCK)
+
+    def apply(V, threads):
+        O = np.empty(V.shape, dtype=np.float64)
+        _kernel.precond_apply(np.ascontiguousarray(V), O, cb, n_threads=threads, **pre.kernel_arguments(D))
+        return O
+
+    O = apply(V, 1)
+    ref = pre.matrix() @ V.astype(np.float64)
+    np.testing.assert_allclose(O, ref, atol=1e-4 * np.abs(ref).max())
+    assert np.array_equal(O, apply(V, 2))
+    # a column's result does not depend on which other columns share the call
+    assert np.array_equal(O[:, 3:5], apply(V[:, 3:5], 2))
+
+
+@pytest.mark.parametrize("form", ["lowrank", "diagonal"])
+def test_block_of_models_bitwise_as_each_alone(seed, make_problem, form):
+    Xa, y = _rows(make_problem, seed, 600, 80)
+    n = Xa.shape[0]
+    rng = np.random.default_rng([seed, 1])
+    member = (rng.random((n, 3)) < 0.5).astype(np.uint8)
+    pre = kernel.preconditioner(Xa, 3, 1.0 / (n / 2), form=form)
+    opts = kernel.SolverOptions(tol=1e-5)
+    block, info = kernel.train_models(Xa, y, member, 3, precond=pre, options=opts, n_threads=2)
+    assert np.all(info["status"] == _kernel.STATUS_CONVERGED)
+    for j in range(3):
+        alone, _ = kernel.train_models(Xa, y, np.ascontiguousarray(member[:, [j]]), 3, precond=pre,
+                                       options=opts, n_threads=1)
+        assert np.array_equal(block[j], alone[0])
+
+
+@pytest.mark.parametrize("n,d,n_classes", [(240, 1500, 2), (300, 900, 3)])
+def test_wide_rows_build_no_preconditioner_and_reach_sklearns_optimum(seed, make_problem, monkeypatch,
+                                                                       n, d, n_classes):
+    rng = np.random.default_rng([seed, n, d])
+    X, y = make_problem(rng, n + 500, d, n_classes, signal=0.5)
+    forms = []
+    real = kernel.preconditioner
+
+    def spy(*args, **kwargs):
+        out = real(*args, **kwargs)
+        forms.append(out.form)
+        return out
+
+    monkeypatch.setattr(kernel, "preconditioner", spy)
+    ours = RobustLogisticRegression(tol=1e-7, max_iter=5000).fit(X[:n], y[:n])
+    assert forms == ["none"]  # no d x d matrix, no n x n system
+    mu = X[:n].mean(axis=0, dtype=np.float64)
+    with threadpool_limits(1):
+        ref = LogisticRegression(tol=1e-10, max_iter=20000).fit(X[:n].astype(np.float64) - mu, y[:n])
+    p_ours = ours.predict_proba(X[n:])
+    p_ref = ref.predict_proba(X[n:].astype(np.float64) - mu)
+    assert np.mean(p_ours.argmax(axis=1) == p_ref.argmax(axis=1)) >= 0.995
+    assert np.abs(p_ours - p_ref).max() <= 2e-3
+
+
+def test_choice_of_form_from_sizes_and_budget():
+    big = 1 << 40
+    assert kernel.preconditioner_forms(400, 20001) == ["none"]  # wide: plain L-BFGS in the rows' span
+    assert kernel.preconditioner_forms(3000, 4001) == ["none"]
+    assert kernel.preconditioner_forms(50000, 769)[0] == "dense"
+    assert kernel.preconditioner_forms(50000, kernel.DENSE_MAX_COLUMNS + 1)[0] == "diagonal"
+    assert kernel.preconditioner_forms(9000, 8001)[0] == "diagonal"
+    assert engine.phase_preconditioner_form(200000, 768, big) == "dense"
+    assert engine.phase_preconditioner_form(400, 20000, big) == "none"
+    with pytest.warns(RuntimeWarning, match="using the diagonal form"):
+        assert engine.phase_preconditioner_form(200000, 768, 10_000_000) == "diagonal"
+    with pytest.warns(RuntimeWarning, match="using no preconditioner"):
+        assert engine.phase_preconditioner_form(200000, 768, 1000) == "none"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        engine.phase_preconditioner_form(200000, 768, 10 * engine.preconditioner_bytes(200000, 768, big))
+        engine.phase_preconditioner_form(400, 20000, 1000)  # nothing to fall back from
