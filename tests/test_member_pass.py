@@ -200,33 +200,11 @@ def test_phase_bitwise_across_threads_memmap_and_blocks(seed, make_problem, read
     assert blocks[:3] == [1, 1, 1] and blocks[3] > 1, blocks
 
 
-def test_workspace_reuse_changes_nothing(seed, make_problem):
-    """Successive phases gather into one reused buffer (engine.Workspace): a smaller active
-    set in an old, larger buffer scores bitwise as in a fresh one."""
-    rng = np.random.default_rng([seed, 8])
-    n = 3000
-    X, y = make_problem(rng, n, 33, 3, signal=0.5)
-    from aflite_fast.data import scan_rows
-    center = scan_rows(X).astype(np.float32)
-    codes = y.astype(np.int32)
-    ws = engine.Workspace()
-    for phase, active in enumerate((np.arange(n), np.sort(rng.choice(n, 2500, replace=False)))):
-        active = active.astype(np.int64)
-        tp = engine.partition_train_positions(seed, phase, active.size, active.size // 5, 8)
-        fresh = engine.score_phase(X, codes, active, center, tp, n_classes=3)
-        reused = engine.score_phase(X, codes, active, center, tp, n_classes=3, workspace=ws)
-        assert np.array_equal(fresh.coef, reused.coef)
-        assert np.array_equal(fresh.scores, reused.scores, equal_nan=True)
-        assert ws.buffer is not None
-        if phase == 0:
-            first = ws.buffer
-    assert ws.buffer is first  # the second, smaller phase reused the first one's buffer
-
-
 def test_workspace_compacts_rows_in_place_as_a_fresh_gather(seed, make_problem):
-    """Each phase's active rows are a subset of the previous phase's: the workspace moves them
-    down in its buffer instead of reading X, and the rows (padding included) and the phase's
-    scores are bitwise those of a fresh gather."""
+    """Successive phases use one buffer (engine.Workspace), and each phase's active rows are a
+    subset of the previous phase's: the workspace moves them down in its buffer instead of
+    reading X, and the rows (padding included) and the phase's scores are bitwise those of a
+    fresh gather."""
     from aflite_fast.data import gather_rows, scan_rows
     rng = np.random.default_rng([seed, 9])
     n = 2500
@@ -245,6 +223,9 @@ def test_workspace_compacts_rows_in_place_as_a_fresh_gather(seed, make_problem):
         assert np.array_equal(fresh.coef, reused.coef) and np.array_equal(fresh.n_iter, reused.n_iter)
         assert np.array_equal(fresh.scores, reused.scores, equal_nan=True)
         assert np.array_equal(fresh.prob_label, reused.prob_label)
+        if phase == 0:
+            first_buffer = ws.buffer
+    assert ws.buffer is first_buffer  # the later, smaller phases reused the first one's buffer
     # the compaction itself: bitwise a fresh gather, padding zero, X not read again
     first = ws.gather(X, active, center)
     assert np.array_equal(first, gather_rows(X, active, center, kernel.empty_rows(active.size, 46)))
