@@ -9,30 +9,27 @@ c. ``ConvergenceWarning`` stays scikit-learn's class: ``_solver_status.Convergen
    it, and a model that did not converge warns with it.
 """
 import json
-import os
 import subprocess
 import sys
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
 HEAVY = ("sklearn", "scipy", "numba")
 
 
-def _loaded_after(code):
+def _loaded_after(code, child_process):
     script = code + (
         "\nimport sys, json\n"
         f"print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules if m.split('.')[0] in {HEAVY!r}}})))\n")
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=ROOT)
+    # the child imports the same aflite_fast as the tests (installed, or the source tree built in place)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, **child_process)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def test_first_predictability_and_aflite_load_no_sklearn_scipy_or_numba():
+def test_first_predictability_and_aflite_load_no_sklearn_scipy_or_numba(child_process):
     loaded = _loaded_after(
         "import numpy as np\n"
         "import aflite_fast\n"
@@ -42,13 +39,13 @@ def test_first_predictability_and_aflite_load_no_sklearn_scipy_or_numba():
         "r = aflite_fast.predictability(X, y, n_partitions=4, train_size=100, random_state=0)\n"
         "assert np.isfinite(r.scores).sum() > 250\n"
         "aflite_fast.aflite(X, y, target_size=200, n_partitions=4, train_size=100, slice_size=20,\n"
-        "                   tau=0.5, random_state=0, progress=False)\n")
+        "                   tau=0.5, random_state=0, progress=False)\n", child_process)
     assert loaded == []
 
 
-def test_demo_table_loads_no_sklearn():
+def test_demo_table_loads_no_sklearn(child_process):
     loaded = _loaded_after("from aflite_fast.cli._demo import demo_table\n"
-                           "demo_table(n_samples=400, seed=0, progress=False)\n")
+                           "demo_table(n_samples=400, seed=0, progress=False)\n", child_process)
     assert "sklearn" not in loaded and "numba" not in loaded
 
 

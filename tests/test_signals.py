@@ -73,7 +73,7 @@ _HOOKED_RUN = textwrap.dedent("""
             return real(*args, **kwargs)
 
         kernel.train_models = hooked
-    sys.exit(aflite_fast.cli.main(sys.argv[1:]))
+    sys.exit(aflite_fast.cli.main())
 """)
 
 #: A child that says "ready" once :func:`aflite_fast.cli.main` builds its parser (its signal
@@ -89,7 +89,25 @@ _MARKED_RUN = textwrap.dedent("""
         return real_build()
 
     aflite_fast.cli.build_parser = build_parser
-    sys.exit(aflite_fast.cli.main(sys.argv[1:]))
+    sys.exit(aflite_fast.cli.main())  # as the console script calls it
+""")
+
+#: A child whose run finishes, then signals itself after main has put its handlers away: the
+#: moment between the end of the command and the end of the process.
+_LATE_RUN = textwrap.dedent("""
+    import os, signal, sys, time
+    import aflite_fast.cli
+
+    real_exit = aflite_fast.cli._SignalsRaise.__exit__
+
+    def exit_then_signal(self, *exc):
+        real_exit(self, *exc)
+        os.kill(os.getpid(), getattr(signal, os.environ["SIGNAL_NAME"]))
+        time.sleep(2.0)
+        print("still running after the signal", file=sys.stderr)
+
+    aflite_fast.cli._SignalsRaise.__exit__ = exit_then_signal
+    sys.exit(aflite_fast.cli.main())
 """)
 
 EXPECTED = {"SIGINT": (130, "aflite-fast filter: interrupted; no output written"),
@@ -155,3 +173,14 @@ def test_signal_at_many_moments_of_a_run(inputs, child_process):
     finally:
         for proc, *_ in children:
             proc.kill()
+
+
+@pytest.mark.parametrize("name", ["SIGINT", "SIGTERM"])
+def test_signal_after_the_run_finished(inputs, name, child_process):
+    """A signal after the outputs are committed ends the process at once with the run's code 0,
+    quietly: no traceback, no message that would claim nothing was written."""
+    env = {**child_process["env"], "SIGNAL_NAME": name}
+    proc = subprocess.run([sys.executable, "-c", _LATE_RUN, *_argv(inputs, "out")],
+                          env=env, cwd=child_process["cwd"], capture_output=True, text=True, timeout=300)
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert (inputs / "out" / "keep.npy").exists()

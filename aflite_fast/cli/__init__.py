@@ -21,6 +21,7 @@ run removed what it had staged (outputs are written through
 :class:`aflite_fast.io.atomic.OutputSet`, never half-way).
 """
 import importlib
+import os
 import re
 import signal
 import sys
@@ -64,7 +65,13 @@ class _SignalsRaise:
     """While active (``with``), the first SIGINT raises KeyboardInterrupt and the first SIGTERM
     :class:`Terminated` in the main thread, so that ``with`` blocks clean up as the run unwinds;
     a later signal of either kind is noted but raises nothing more, so a second Ctrl-C cannot
-    break the clean-up of the first into a traceback.  The previous handlers come back on exit.
+    break the clean-up of the first into a traceback.
+
+    Once the command has finished (:attr:`exit_code` set), a signal raises nothing.  On exit the
+    previous handlers come back, except for the process's own entry point (``keep_after``):
+    there a signal between the end of the command and the end of the process would meet
+    Python's default handlers (a KeyboardInterrupt traceback, or a silent death by SIGTERM)
+    although the outputs are complete, so the process ends at once with the command's code.
 
     The handler runs between Python bytecodes: inside a long compiled call (a kernel block) it
     waits for that call to return.  A signal that lands inside a Numba function surfaces as a
@@ -74,15 +81,27 @@ class _SignalsRaise:
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-    def __init__(self):
+    def __init__(self, keep_after=False):
         self.first = None
+        self.exit_code = None
+        self.keep_after = keep_after
         self._previous = {}
 
     def _handler(self, signum, frame):
+        if self.exit_code is not None:
+            return  # the command has finished; its outputs stand
         if self.first is not None:
             return  # already unwinding
         self.first = signum
         raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+    def _end_process(self, signum, frame):
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(self.exit_code if self.exit_code is not None else 128 + signum)
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
@@ -92,7 +111,7 @@ class _SignalsRaise:
 
     def __exit__(self, *exc):
         for signum, previous in self._previous.items():
-            signal.signal(signum, previous)
+            signal.signal(signum, self._end_process if self.keep_after else previous)
         return False
 
 
@@ -113,42 +132,51 @@ def main(argv=None):
     """Entry point of ``aflite-fast``; returns the process exit code.
 
     Signals are caught from its first line, argument parsing included: Ctrl-C anywhere gives
-    exit code 130 and SIGTERM 143, each with one line on stderr.
+    exit code 130 and SIGTERM 143, each with one line on stderr.  Called without ``argv`` (the
+    process's entry point), a signal after the command has finished ends the process with the
+    command's exit code.
     """
     words = sys.argv[1:] if argv is None else list(argv)
     # the subcommand named in messages, also before argparse has read it (a signal while parsing)
     prog = f"aflite-fast {words[0]}" if words and re.fullmatch(r"[a-z][a-z-]*", words[0]) else "aflite-fast"
+    with _SignalsRaise(keep_after=argv is None) as signals:
+        code = _run_command(argv, prog, signals)
+        signals.exit_code = code
+    return code
+
+
+def _run_command(argv, prog, signals):
+    """Parse ``argv`` and run its subcommand; the exit code, also when interrupted or refused."""
     args = None
-    with _SignalsRaise() as signals:
+    try:
+        parser = build_parser()
         try:
-            parser = build_parser()
-            try:
-                args = parser.parse_args(argv)
-            except UsageError as exc:
-                print(exc, file=sys.stderr)
-                return 2
-            if getattr(args, "func", None) is None:
-                parser.print_help()
-                return 2
-            prog = f"aflite-fast {args.command}"
-            return int(args.func(args) or 0)
-        except BaseException as exc:  # noqa: B036 - sorted below; anything else is re-raised
-            interrupt = _interruption(exc)
-            if interrupt is not None:
-                signals.first = signals.first or signal.SIGINT  # later signals: no second line
-                if isinstance(interrupt, Terminated) or signals.first == signal.SIGTERM:
-                    print(f"{prog}: terminated (SIGTERM); no output written", file=sys.stderr)
-                    return 128 + signal.SIGTERM
-                print(f"{prog}: interrupted; no output written", file=sys.stderr)
-                return 128 + signal.SIGINT
-            if isinstance(exc, (ValueError, MemoryError, ImportError, OSError)):
-                # ImportError: an optional dependency a subcommand needs (e.g. matplotlib);
-                # OSError: the system refused something (disk full, ...); the run's staged
-                # outputs are removed
-                message = name_flags(str(exc), getattr(args, "_flags", {}))
-                print(f"{prog}: error: {message}", file=sys.stderr)
-                return 2
-            raise
+            args = parser.parse_args(argv)
+        except UsageError as exc:
+            print(exc, file=sys.stderr)
+            return 2
+        if getattr(args, "func", None) is None:
+            parser.print_help()
+            return 2
+        prog = f"aflite-fast {args.command}"
+        return int(args.func(args) or 0)
+    except BaseException as exc:  # noqa: B036 - sorted below; anything else is re-raised
+        interrupt = _interruption(exc)
+        if interrupt is not None:
+            signals.first = signals.first or signal.SIGINT  # later signals: no second line
+            if isinstance(interrupt, Terminated) or signals.first == signal.SIGTERM:
+                print(f"{prog}: terminated (SIGTERM); no output written", file=sys.stderr)
+                return 128 + signal.SIGTERM
+            print(f"{prog}: interrupted; no output written", file=sys.stderr)
+            return 128 + signal.SIGINT
+        if isinstance(exc, (ValueError, MemoryError, ImportError, OSError)):
+            # ImportError: an optional dependency a subcommand needs (e.g. matplotlib);
+            # OSError: the system refused something (disk full, ...); the run's staged
+            # outputs are removed
+            message = name_flags(str(exc), getattr(args, "_flags", {}))
+            print(f"{prog}: error: {message}", file=sys.stderr)
+            return 2
+        raise
 
 
 if __name__ == "__main__":  # python -m aflite_fast.cli
