@@ -35,8 +35,14 @@ COL_BLOCK = 256
 #: in the last-level cache while every model reads its rows of them.
 SUPER_BLOCK_BYTES = 4 << 20
 #: Rows of the sample a preconditioner is estimated from: this many per column, at least
-#: :data:`PRECOND_MIN_ROWS` (all rows when there are fewer).
+#: :data:`PRECOND_MIN_ROWS` (all rows when there are fewer), at most
+#: :data:`PRECOND_MAX_ROWS` unless that leaves fewer than :data:`PRECOND_FLOOR_PER_COLUMN`
+#: per column.  The Gram matrix costs 2 x rows x D^2: at D = 4097 eight rows per column cost
+#: more than the solver evaluations they save, four were the best or within 7% of it
+#: (``benchmarks/precond_sample.py``).
 PRECOND_ROWS_PER_COLUMN = 8
+PRECOND_MAX_ROWS = 16384
+PRECOND_FLOOR_PER_COLUMN = 4
 #: Rows summed in float32 before their sum joins the preconditioner's double Gram matrix.
 PRECOND_BLOCK = 256
 PRECOND_MIN_ROWS = 2048
@@ -109,11 +115,15 @@ class SolverOptions:
 def preconditioner_sample(n_rows, n_columns, form="dense"):
     """Positions (sorted, int64) of the rows a preconditioner is estimated from: evenly
     spaced over ``n_rows``, :data:`PRECOND_ROWS_PER_COLUMN` per column of the augmented rows,
-    at least :data:`PRECOND_MIN_ROWS` (the diagonal form: :data:`PRECOND_MIN_ROWS`; none:
-    no row)."""
+    at most :data:`PRECOND_MAX_ROWS` but not fewer than :data:`PRECOND_FLOOR_PER_COLUMN` per
+    column, at least :data:`PRECOND_MIN_ROWS` (the diagonal form: :data:`PRECOND_MIN_ROWS`;
+    none: no row)."""
     if form == "none":
         return np.zeros(0, dtype=np.int64)
-    per_column = PRECOND_ROWS_PER_COLUMN * int(n_columns) if form in ("dense", "lowrank") else 0
+    D = int(n_columns)
+    per_column = 0
+    if form in ("dense", "lowrank"):
+        per_column = min(PRECOND_ROWS_PER_COLUMN * D, max(PRECOND_FLOOR_PER_COLUMN * D, PRECOND_MAX_ROWS))
     n_sample = min(int(n_rows), max(PRECOND_MIN_ROWS, per_column))
     return (np.arange(n_sample, dtype=np.int64) * int(n_rows)) // max(n_sample, 1)
 

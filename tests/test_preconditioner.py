@@ -135,3 +135,15 @@ def test_choice_of_form_from_sizes_and_budget():
         warnings.simplefilter("error")
         engine.phase_preconditioner_form(200000, 768, 10 * engine.preconditioner_bytes(200000, 768, big))
         engine.phase_preconditioner_form(400, 20000, 1000)  # nothing to fall back from
+
+
+@pytest.mark.parametrize("n_columns,expected", [(101, 2048), (769, 8 * 769), (2047, 8 * 2047),
+                                                (2049, 16384), (3001, 16384), (4097, 4 * 4097)])
+def test_dense_sample_rows_capped_but_at_least_four_per_column(n_columns, expected):
+    """Eight rows per column, at most 16,384 rows unless that leaves fewer than four per
+    column, at least 2,048; never more rows than there are; evenly spaced and sorted."""
+    sample = kernel.preconditioner_sample(10**6, n_columns)
+    assert sample.size == expected
+    assert np.all(np.diff(sample) > 0)
+    assert kernel.preconditioner_sample(1000, n_columns).size == 1000
+    assert kernel.preconditioner_sample(10**6, n_columns, "diagonal").size == 2048
