@@ -1,6 +1,7 @@
 """One AFLite phase at the proportions large benchmarks use, against scikit-learn and the arithmetic floor.
 
-For N in {100000, 200000} rows of skewed, embedding-like data (``skewed_data.py``, d=768, C=3)
+For N in {100000, 200000} rows of skewed, embedding-like data (``skewed_data.py``, d=768, C=3 or
+``--classes``)
 and training shares t/N in {0.5, 0.1} (SNLI runs at about 0.09), one phase of m=64 partitions
 is timed in ONE run:
 
@@ -27,7 +28,7 @@ machine falls on all alike.  The table gives ours / floor, tuned / ours (and nai
 and the cost of the t/N = 0.1 phase relative to the t/N = 0.5 phase at the same N.
 
     PYTHONPATH=. python benchmarks/compare_scale.py [--sizes 100000 200000] [--repeat 3]
-        [--sklearn-sample 8] [--naive-sample 0] [--threads 2] [--json out.json]
+        [--sklearn-sample 8] [--naive-sample 0] [--threads 2] [--d 768] [--m 64] [--classes 3] [--json out.json]
     PYTHONPATH=. python benchmarks/compare_scale.py --sizes 20000 --sklearn-sample 2 --repeat 1   # smoke
 """
 import argparse
@@ -55,12 +56,13 @@ from aflite_fast.data import scan_rows  # noqa: E402
 CACHE = Path(os.environ.get("AFLITE_BENCH_CACHE", Path(__file__).resolve().parent / "_cache"))
 
 
-def skewed(n, d, seed=0):
+def skewed(n, d, classes=3, seed=0):
     """The benchmark data, cached as .npy beside this script (git-ignored)."""
     CACHE.mkdir(exist_ok=True)
-    px, py = CACHE / f"skewed_{n}_{d}_{seed}_X.npy", CACHE / f"skewed_{n}_{d}_{seed}_y.npy"
+    stem = f"skewed_{n}_{d}_{seed}" + (f"_C{classes}" if classes != 3 else "")
+    px, py = CACHE / f"{stem}_X.npy", CACHE / f"{stem}_y.npy"
     if not px.exists():
-        X, y = make_skewed_embeddings(n, d, 3, random_state=seed)
+        X, y = make_skewed_embeddings(n, d, classes, random_state=seed)
         np.save(py, y)
         np.save(px, X)
     return np.load(px), np.load(py)
@@ -86,11 +88,11 @@ def gemm_rate(n, D, N, threads, repeat=3):
     return ours, blas
 
 
-def ours_phase(X, y, center, train_pos, threads, workspace=None):
+def ours_phase(X, y, center, train_pos, threads, workspace=None, n_classes=3):
     n = X.shape[0]
     t0 = time.perf_counter()
     res = engine.score_phase(X, y.astype(np.int32), np.arange(n, dtype=np.int64), center, train_pos,
-                             n_classes=3, n_threads=threads, workspace=workspace)
+                             n_classes=n_classes, n_threads=threads, workspace=workspace)
     return time.perf_counter() - t0, res
 
 
@@ -106,6 +108,7 @@ def main(argv=None):
     p.add_argument("--shares", type=float, nargs="+", default=[0.5, 0.1])
     p.add_argument("--d", type=int, default=768)
     p.add_argument("--m", type=int, default=64)
+    p.add_argument("--classes", type=int, default=3)
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--sklearn-sample", type=int, default=8,
                    help="partitions tuned scikit-learn fits (scaled to m)")
@@ -114,17 +117,17 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--json", type=Path)
     a = p.parse_args(argv)
-    D, C, m = a.d + 1, 3, a.m
+    D, C, m = a.d + 1, a.classes, a.m
     rows = []
     for n in a.sizes:
-        X, y = skewed(n, a.d)
+        X, y = skewed(n, a.d, C)
         center = scan_rows(X).astype(np.float32)
         rate_ours, rate_blas = gemm_rate(min(n, 50000), D, m * C, a.threads)
         rate = max(rate_ours, rate_blas)
         print(f"# N={n}: GEMM (N x {D}) @ ({D} x {m * C}): ours {rate_ours:.0f} GF/s, "
               f"OpenBLAS {rate_blas:.0f} GF/s", flush=True)
         ours_phase(X[:2000], y[:2000], center, engine.partition_train_positions(0, 0, 2000, 500, 2),
-                   a.threads)  # warm up lazily compiled helpers
+                   a.threads, n_classes=C)  # warm up lazily compiled helpers
         tuned_phase(X[:2000], y[:2000], np.arange(2000), package_partition_sampler(0, 2), n_partitions=2,
                     train_size=500, n_classes=C, n_jobs=a.threads)  # start the worker processes
         for share in a.shares:
@@ -134,7 +137,7 @@ def main(argv=None):
             res = None
             workspace = engine.Workspace()
             for r in range(a.repeat):
-                s, res = ours_phase(X, y, center, train_pos, a.threads, workspace)
+                s, res = ours_phase(X, y, center, train_pos, a.threads, workspace, C)
                 ours.append(s)
                 if r == 0:
                     t0 = time.perf_counter()
@@ -162,7 +165,7 @@ def main(argv=None):
                   + f", floor {floor:.2f} s", flush=True)
     print()
     naive_on = a.naive_sample > 0
-    print(f"One phase, m={m}, d={a.d}, C=3, skewed data, {a.threads} threads; ours: median of {a.repeat}; "
+    print(f"One phase, m={m}, d={a.d}, C={C}, skewed data, {a.threads} threads; ours: median of {a.repeat}; "
           f"scikit-learn tuned (float32, {a.threads} loky workers, one BLAS thread each): "
           f"{a.sklearn_sample} of {m} partitions fitted and predicted, scaled to {m} (estimate)"
           + (f"; naive loop: {a.naive_sample} of {m}, scaled likewise" if naive_on else "") + ".")
