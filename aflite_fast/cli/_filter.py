@@ -20,7 +20,8 @@ PARAMETER_FLAGS = {
     "slice_size": "--slice-size", "tau": "--tau", "C": "--C", "max_memory": "--max-memory",
     "random_state": "--seed", "n_jobs": "--n-jobs", "max_iter": "--max-iter", "T": "--transition",
     "groups": "--groups", "remove": "--remove", "checkpoint": "--checkpoint", "null": "--null",
-    "n_null": "--n-null", "stop": "--stop", "scheduler": "--scheduler",
+    "n_null": "--n-null", "stop": "--stop", "scheduler": "--scheduler", "eval_rows": "--eval-rows",
+    "eval_only_score": "--eval-only-score",
 }
 
 _DESCRIPTION = """\
@@ -140,6 +141,13 @@ def add_parser(subparsers):
                         "removing nothing more, when the rows at or above tau do not exceed the "
                         "null's mean + 3 sd (at least sqrt(mean)) x sqrt(1 + 1/N); both: whichever "
                         "comes first (docs/null.md)")
+    p.add_argument("--eval-rows", default=None, metavar="FILE",
+                   help="evaluation rows (e.g. a dev split): row indices (.npy/.npz, or text with one "
+                        "index per line) or a boolean mask (.npy/.npz); never trained on, predicted by "
+                        "every model of every phase; --train-size then counts the other rows")
+    p.add_argument("--eval-only-score", action="store_true",
+                   help="score the --eval-rows rows but never remove them (--target-size and "
+                        "--slice-size then count the other rows)")
     p.add_argument("--plot", action="store_true",
                    help="also draw DIR/report.png (see 'aflite-fast report'); needs matplotlib")
     p.add_argument("--quiet", action="store_true", help="no progress bar, notes or summary")
@@ -154,6 +162,30 @@ def _read_groups(args):
         return read_labels_file(args.groups, column=args.groups_column, header=args.groups_header, kind="groups")
     except ValueError as exc:
         raise ValueError(f"--groups: {exc}") from None
+
+
+def read_eval_rows(path, flag="--eval-rows"):
+    """Row indices or a boolean mask from FILE: a .npy/.npz array, or text with one integer per
+    line (blank lines ignored); ValueError naming the flag."""
+    import numpy as np
+
+    from ..io.arrayfile import open_array_file
+
+    try:
+        if str(path).endswith((".npy", ".npz")) or ".npz:" in str(path):
+            rows = np.array(open_array_file(path, "the evaluation rows"))
+        else:
+            with open(path, encoding="utf-8-sig") as f:
+                lines = [line.strip() for line in f if line.strip()]
+            try:
+                rows = np.array([int(line) for line in lines], dtype=np.int64)
+            except ValueError as exc:
+                raise ValueError(f"{path}: one integer row index per line expected ({exc})") from None
+    except OSError as exc:
+        raise ValueError(f"{flag}: cannot read {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise ValueError(f"{flag}: {exc}") from None
+    return rows
 
 
 def _loss_params(args, n_classes):
@@ -178,6 +210,7 @@ def _loss_params(args, n_classes):
 
 def run(args):
     from ..algorithm import aflite
+    from ..eval_rows import eval_mask
     from ..io.labelfile import read_labels_file
     from ..data import open_embeddings
     from ..io.atomic import OutputSet
@@ -188,7 +221,7 @@ def run(args):
     start = time.perf_counter()
     # checked again before the outputs are committed (the run checks EMB at every phase too)
     watch = InputWatch([("EMB", args.embeddings), ("LABELS", args.labels), ("--groups", args.groups),
-                        ("--transition", args.transition)])
+                        ("--transition", args.transition), ("--eval-rows", args.eval_rows)])
     X = open_embeddings(args.embeddings)
     y = read_labels_file(args.labels, column=args.labels_column, header=args.labels_header)
     n_rows = X.shape[0]
@@ -202,6 +235,9 @@ def run(args):
             if given:
                 raise ValueError(f"{flag} needs --groups FILE")
     groups = None if args.groups is None else _read_groups(args)
+    if args.eval_only_score and args.eval_rows is None:
+        raise ValueError("--eval-only-score needs --eval-rows FILE")
+    eval_rows = None if args.eval_rows is None else read_eval_rows(args.eval_rows)
     if args.stop != "paper" and args.null is None:
         raise ValueError(f"--stop {args.stop} needs --null permutation")
     if args.plot:
@@ -229,7 +265,8 @@ def run(args):
                 # counted in the history; the note below says it once, in the CLI's words
                 warnings.filterwarnings("ignore", message=NOT_CONVERGED_MESSAGE)
                 result = aflite(X, y, progress=not args.quiet, loss_params=loss_params, groups=groups,
-                                checkpoint=args.checkpoint, **params, **extra)
+                                checkpoint=args.checkpoint, eval_rows=eval_rows,
+                                eval_only_score=args.eval_only_score, **params, **extra)
             seconds = time.perf_counter() - start
             history = [h.as_dict() for h in result.history]
             solver_status = total_status(h["solver_status"] for h in history)
@@ -254,6 +291,9 @@ def run(args):
                 "groups_column": args.groups_column, "groups_header": args.groups_header,
                 "checkpoint": None if args.checkpoint is None else os.path.abspath(args.checkpoint),
                 "resumed_from_phase": result.resumed_from,
+                "eval_rows": None if eval_rows is None else {
+                    "path": os.path.abspath(args.eval_rows), "only_score": args.eval_only_score,
+                    "n_eval": int(np.count_nonzero(eval_mask(eval_rows, n_rows)))},
                 "classes": result.classes.tolist(),
                 "class_counts": {"kept": result.kept_per_class.tolist(),
                                  "removed": result.removed_per_class.tolist()},
