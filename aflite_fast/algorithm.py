@@ -30,7 +30,7 @@ from ._mode_names import REMOVE_MODES
 from ._solver_status import DataScale, check_trained, status_counts, total_status, warn_not_converged
 from ._threads import effective_n_threads
 from .checkpoint import Checkpoint, LoopState, data_fingerprint
-from .data import encode_labels, open_embeddings, scan_rows
+from .data import Labels, encode_labels, open_embeddings, scan_rows
 from .eval_rows import eligible_positions, eval_mask, train_positions
 from .eval_rows import fingerprint as eval_fingerprint
 from .groups import check_group_train_size, partition_groups, select_groups
@@ -38,6 +38,7 @@ from .io.fingerprint import ContentHash
 from .io.watch import InputWatch, describe
 from .kernel import SolverOptions
 from .losses import resolve_loss
+from .multiple_choice import check_shape, encode_choices
 from .null import check_null_args, null_codes, summarize
 
 
@@ -248,7 +249,7 @@ def _null_pass(score_phase, X, codes, active, center, train_pos, entropy, phase,
 
 
 def _run_parameters(settings, spec, entropy, tol, max_iter, remove, null, n_null, stop, is_eval=None,
-                    eval_only_score=False):
+                    eval_only_score=False, position_bias=None):
     """What a checkpoint must agree on: every setting that changes the result (the null's and the
     evaluation rows' only when given, so checkpoints of runs without them stay valid)."""
     params = dict(target_size=settings.target_size, n_partitions=settings.n_partitions,
@@ -259,23 +260,63 @@ def _run_parameters(settings, spec, entropy, tol, max_iter, remove, null, n_null
         params.update(null=null, n_null=int(n_null), stop=stop)
     if is_eval is not None:
         params.update(eval_rows=eval_fingerprint(is_eval), eval_only_score=bool(eval_only_score))
+    if position_bias is not None:  # multiple choice
+        params.update(position_bias=bool(position_bias))
     return params
+
+
+def _is_multiple_choice_input(X):
+    """True when X (an array or a path) holds a 3-D array; False when it cannot be told."""
+    if isinstance(X, (str, os.PathLike)):
+        from .io.arrayfile import open_array_file
+
+        try:
+            return open_array_file(X, "embeddings").ndim == 3
+        except (ValueError, OSError):
+            return False
+    return getattr(X, "ndim", None) == 3
+
+
+def open_problem(X, y, position_bias=False):
+    """X opened (2-D, or 3-D multiple choice), its labels (classes 0..K-1 for multiple
+    choice), the (N, d) view of its rows that scans read, and whether it is multiple choice."""
+    X = open_embeddings(X, items=True)
+    if X.ndim == 3:
+        n_rows, K, n_features = check_shape(X)
+        labels = Labels(classes=np.arange(K), codes=encode_choices(y, n_rows, K))
+        return X, labels, X.reshape(n_rows * K, n_features), True
+    if position_bias:
+        raise ValueError("position_bias applies to multiple-choice X (items x candidates x features) only")
+    return X, encode_labels(y, X.shape[0]), X, False
+
+
+def check_multiple_choice_loss(spec, multiple_choice):
+    """Refuse a loss that does not apply to multiple choice (:mod:`aflite_fast.multiple_choice`, c)."""
+    from .kernel import MC_FORWARD_MESSAGE
+
+    if multiple_choice and spec.name == "forward":
+        raise ValueError(MC_FORWARD_MESSAGE)
 
 
 def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, tau=0.75, C=1.0,
            loss="ce", loss_params=None, max_memory=None, random_state=None, n_jobs=None,
            progress=True, tol=1e-4, max_iter=1000, backend="local", client=None, groups=None,
            remove="row", checkpoint=None, null=None, n_null=1, stop="paper", eval_rows=None,
-           eval_only_score=False):
+           eval_only_score=False, position_bias=False):
     """Filter the most predictable rows of (X, y) with AFLite.
 
     Parameters
     ----------
-    X : ndarray, numpy.memmap or path to a ``.npy``/``.npz`` file (``FILE.npz:KEY``), shape (N, d)
+    X : ndarray, numpy.memmap or path to a ``.npy``/``.npz`` file (``FILE.npz:KEY``), shape (N, d) or (N, K, d)
         Embeddings, float16/32/64 or integers, either byte order (see
         :func:`aflite_fast.data.open_embeddings`).  Memory maps are read in chunks, never copied whole.
+        A 3-D X is multiple choice: N items of K candidate answers each (see
+        :mod:`aflite_fast.multiple_choice`); an item is a row of the algorithm, and each
+        partition model a linear scorer of candidates trained with the softmax over an item's
+        candidates.
     y : array-like of shape (N,)
-        Labels of any sortable type; mapped to codes 0..C-1.
+        Labels of any sortable type; mapped to codes 0..C-1.  For multiple choice: the right
+        candidate of each item, an integer in 0..K-1.
     target_size : int
         n: filtering never leaves fewer rows than this.
     n_partitions : int, default=64
@@ -356,6 +397,9 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
     eval_only_score : bool, default=False
         With ``eval_rows``: score the evaluation rows but never remove them; ``target_size``
         and ``slice_size`` then count the other rows only.
+    position_bias : bool, default=False
+        Multiple choice only: each scorer also learns a bias per candidate position (not
+        penalised), so that an answer-position artifact is learnable.
 
     Returns
     -------
@@ -383,15 +427,21 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
     # the status of X's files, before anything reads them: checked at every phase boundary
     watch = InputWatch([("X", X)])
     if backend == "dask":
+        if _is_multiple_choice_input(X):
+            raise ValueError("backend='dask' does not support multiple-choice X (items x candidates x features); "
+                             "use backend='local', which reads memory-mapped .npy files out of core")
         from . import distributed
         X = distributed.DaskEmbeddings.open(X, client)
         scan, score_phase = distributed.scan_rows_dask, distributed.score_phase_dask
+        labels, X_rows, multiple_choice = encode_labels(y, X.shape[0]), X, False
+        if position_bias:
+            raise ValueError("position_bias applies to multiple-choice X (items x candidates x features) only")
     elif backend == "local":
-        X, scan, score_phase = open_embeddings(X), scan_rows, engine.score_phase
+        X, labels, X_rows, multiple_choice = open_problem(X, y, position_bias)
+        scan, score_phase = scan_rows, engine.score_phase
     else:
         raise ValueError(f"backend must be 'local' or 'dask', got {backend!r}")
-    n_rows, n_features = X.shape
-    labels = encode_labels(y, n_rows)
+    n_rows, n_features = X.shape[0], X.shape[-1]
     is_eval = eval_mask(eval_rows, n_rows)
     if eval_only_score and is_eval is None:
         raise ValueError("eval_only_score=True needs eval_rows")
@@ -408,6 +458,7 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
     n_null = check_null_args(null, n_null, stop)
     group_codes = partition_groups(groups, n_rows, settings.train_rows(n_trainable), is_eval)
     spec = resolve_loss(loss, loss_params, labels.n_classes)
+    check_multiple_choice_loss(spec, multiple_choice)
     n_threads = effective_n_threads(n_jobs) if backend == "local" else n_jobs
     store = None if checkpoint is None else Checkpoint(checkpoint)
     if random_state is None and store is not None and store.saved_seed is not None:
@@ -417,16 +468,18 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
     options = SolverOptions(tol=tol, max_iter=max_iter)
     budget = engine.parse_memory(max_memory)  # fail early on a bad budget string
     if backend == "local":  # ... and on a phase the budget cannot hold (before allocating it)
+        _, D, n_out = engine.phase_shape(X, labels.n_classes, position_bias)
         engine.check_phase_memory(n_rows, n_rows, settings.n_partitions, settings.train_rows(n_rows),
-                                  n_features, labels.n_classes, budget)
+                                  D - 1, n_out, budget)
     # a checkpoint needs the fingerprint of every row, which the scan computes as it reads them
-    with ContentHash(X.shape, X.dtype, n_threads) if store is not None else nullcontext() as content:
-        center = scan(X, fingerprint=content).astype(np.float32)
+    with ContentHash(X_rows.shape, X.dtype, n_threads) if store is not None else nullcontext() as content:
+        center = scan(X_rows, fingerprint=content).astype(np.float32)
     watch.check()
     state = None
     if store is not None:
         state = store.start(_run_parameters(settings, spec, entropy, tol, max_iter, remove, null, n_null, stop,
-                                            is_eval, eval_only_score),
+                                            is_eval, eval_only_score,
+                                            position_bias if multiple_choice else None),
                             data_fingerprint(X, labels.codes, labels.classes, group_codes,
                                              content=content.hexdigest()),
                             x_source=f"X ({describe(watch.files)})")
@@ -435,7 +488,7 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
                           removed_phase=np.empty(0, dtype=np.int64), scores=np.full(n_rows, np.nan))
     resumed_from = state.phase
 
-    scale = DataScale(X if backend == "local" else None, center)  # read only if a model fails
+    scale = DataScale(X_rows if backend == "local" else None, center)  # read only if a model fails
     active, scores, phase = state.active, state.scores, state.phase
     removed, removed_phase = [state.removed], [state.removed_phase]
     try:
@@ -454,6 +507,8 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
     if backend == "local":
         # every phase (and null pass) gathers its rows into the same buffer
         solver["workspace"] = engine.Workspace()
+    if multiple_choice:
+        solver["position_bias"] = bool(position_bias)
     bar = tqdm(total=max(0, n_rows - settings.target_size), initial=int(state.removed.size),
                disable=not progress, unit="row", desc="AFLite", leave=True)
     try:

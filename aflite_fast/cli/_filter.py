@@ -21,7 +21,7 @@ PARAMETER_FLAGS = {
     "random_state": "--seed", "n_jobs": "--n-jobs", "max_iter": "--max-iter", "T": "--transition",
     "groups": "--groups", "remove": "--remove", "checkpoint": "--checkpoint", "null": "--null",
     "n_null": "--n-null", "stop": "--stop", "scheduler": "--scheduler", "eval_rows": "--eval-rows",
-    "eval_only_score": "--eval-only-score",
+    "eval_only_score": "--eval-only-score", "position_bias": "--position-bias",
 }
 
 _DESCRIPTION = """\
@@ -34,6 +34,9 @@ counts and solver status counts, timings); with --plot also DIR/report.png.
 The files are switched in together when the run ends: a reader sees all of the previous run's
 files or all of this run's, never a mix, even if the run is killed (they are links into
 DIR/.aflite/; see docs/outputs.md). A second run on the same DIR refuses while one is running.
+
+A 3-D EMB (N items x K candidates x d) is multiple choice: LABELS holds the right candidate of
+each item (0..K-1), each model scores candidates and an item is a row (docs/multiple_choice.md).
 
 Exit codes: 0 done; 2 bad input (one line on stderr, DIR unchanged); 130 Ctrl-C, 143 SIGTERM.
 """
@@ -141,6 +144,9 @@ def add_parser(subparsers):
                         "removing nothing more, when the rows at or above tau do not exceed the "
                         "null's mean + 3 sd (at least sqrt(mean)) x sqrt(1 + 1/N); both: whichever "
                         "comes first (docs/null.md)")
+    p.add_argument("--position-bias", action="store_true",
+                   help="multiple-choice EMB (N x K x d) only: each model also learns a bias per "
+                        "candidate position")
     p.add_argument("--eval-rows", default=None, metavar="FILE",
                    help="evaluation rows (e.g. a dev split): row indices (.npy/.npz, or text with one "
                         "index per line) or a boolean mask (.npy/.npz); never trained on, predicted by "
@@ -222,7 +228,7 @@ def run(args):
     # checked again before the outputs are committed (the run checks EMB at every phase too)
     watch = InputWatch([("EMB", args.embeddings), ("LABELS", args.labels), ("--groups", args.groups),
                         ("--transition", args.transition), ("--eval-rows", args.eval_rows)])
-    X = open_embeddings(args.embeddings)
+    X = open_embeddings(args.embeddings, items=True)
     y = read_labels_file(args.labels, column=args.labels_column, header=args.labels_header)
     n_rows = X.shape[0]
     if args.target_size >= n_rows:
@@ -246,12 +252,17 @@ def run(args):
         require_matplotlib()  # fail before the run, not after it
     import numpy as np
 
-    loss_params = _loss_params(args, len(np.unique(y)))
+    if args.position_bias and X.ndim != 3:
+        raise ValueError(f"--position-bias applies to a multiple-choice EMB (items x candidates x features); "
+                         f"{args.embeddings} is {X.ndim}-D")
+    loss_params = _loss_params(args, X.shape[1] if X.ndim == 3 else len(np.unique(y)))
     params = dict(target_size=args.target_size, n_partitions=args.n_partitions,
                   train_size=args.train_size, slice_size=args.slice_size, tau=args.tau, C=args.C,
                   loss=args.loss, max_memory=args.max_memory, random_state=args.seed,
                   n_jobs=cap_threads(args.n_jobs, prog, args.quiet), max_iter=args.max_iter,
                   remove=args.remove, null=args.null, n_null=args.n_null, stop=args.stop)
+    if X.ndim == 3:
+        params["position_bias"] = args.position_bias
     extra = {}
     if args.scheduler:
         from ..distributed import close_client, connect  # needs the optional dask
@@ -279,7 +290,8 @@ def run(args):
                 "labels": os.path.abspath(args.labels),
                 "labels_column": args.labels_column, "labels_header": args.labels_header,
                 "transition": None if args.transition is None else os.path.abspath(args.transition),
-                "n_rows": int(n_rows), "n_features": int(X.shape[1]), "dtype": str(X.dtype),
+                "n_rows": int(n_rows), "n_features": int(X.shape[-1]), "dtype": str(X.dtype),
+                "n_candidates": int(X.shape[1]) if X.ndim == 3 else None,
                 "n_classes": int(len(result.classes)),
                 "parameters": params,
                 "n_kept": int(result.keep.size), "n_removed": int(result.removed.size),
