@@ -89,7 +89,8 @@ def open_embeddings(X, items=False):
             X = np.ascontiguousarray(X)
         return X
     if X.ndim != 2:
-        message = f"X must be 2-D (rows x features), got {X.ndim}-D with shape {X.shape}"
+        message = (f"X must be 2-D (rows x features){' or 3-D (items x candidates x features)' if items else ''}, "
+                   f"got {X.ndim}-D with shape {X.shape}")
         if X.ndim == 3:
             message += ("; multiple-choice X (items x candidates x features) is read by aflite, predictability "
                         "and the filter command")
