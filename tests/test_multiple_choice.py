@@ -257,3 +257,41 @@ def test_cli_filter_reads_3d_npy(items, tmp_path):
     assert np.array_equal(keep, aflite(X, y, n_jobs=1, position_bias=True, **RUN).keep)
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["n_candidates"] == 4 and report["parameters"]["position_bias"] is True
+
+
+# --------------------------------------------------------------------------- synthetic experiment
+
+
+def test_synthetic_generator(seed):
+    from aflite_fast.synthetic import make_multiple_choice
+
+    data = make_multiple_choice(800, n_candidates=3, artifact_share=0.25, random_state=seed)
+    assert data.X.shape == (800, 3, 6) and data.X.dtype == np.float32
+    assert data.has_artifact.sum() == 200
+    radius = np.hypot(data.X[..., 0], data.X[..., 1])
+    # the right candidate is the one nearest the origin (rings 0.6 and 1, noise 0.1)
+    assert np.mean(radius.argmin(axis=1) == data.y) > 0.95
+    again = make_multiple_choice(800, n_candidates=3, artifact_share=0.25, random_state=seed)
+    assert np.array_equal(data.X, again.X) and np.array_equal(data.y, again.y)
+    with pytest.raises(ValueError, match="artifact_share"):
+        make_multiple_choice(100, artifact_share=1.5)
+
+
+def test_synthetic_experiment_removes_the_artifact(seed, tmp_path):
+    """The artifact share among kept items falls below half its start, the linear scorer's
+    accuracy falls toward 1/K, the non-linear scorer's stays far above it."""
+    from aflite_fast.experiments.multiple_choice import run_multiple_choice
+
+    res = run_multiple_choice(n_items=2000, n_partitions=32, random_state=seed, n_jobs=1, progress=False)
+    before, after = res.rows
+    assert after["artifact_share"] < 0.5 * before["artifact_share"]
+    assert before["linear_accuracy"] > 0.5
+    assert after["linear_accuracy"] < 0.25 + 0.1
+    assert after["nonlinear_accuracy"] > 0.8
+    assert res.trajectory[0]["n_items"] == 2000 and res.trajectory[-1]["n_items"] == res.keep.size
+    code = main(["synthetic", "--multiple-choice", "--out", str(tmp_path / "mc"), "--n-samples", "600",
+                 "--n-partitions", "8", "--seed", "1", "--n-jobs", "1", "--quiet"])
+    assert code == 0
+    assert sorted(p.name for p in (tmp_path / "mc").iterdir() if not p.name.startswith(".")) == [
+        "figure.png", "table.csv", "table.md"]
+    assert main(["synthetic", "--multiple-choice", "--out", str(tmp_path / "x"), "--flip-rate", "0.2"]) == 2
