@@ -29,6 +29,10 @@ F. Determinism: a model's loss and gradient are sums over its rows in an order f
 G. Prediction evaluates all models of a block on a chunk of rows with one GEMM and
    accumulates, per row, held-out predictions seen, correct, and the summed probability of
    the given label (and optionally the summed probability vectors).
+H. Multiple choice (``group`` = K > 1, one output per row): a model is a linear scorer of
+   candidates, an item K consecutive rows whose loss is the softmax over their K scores; the
+   same member pass and prediction serve it (afl_member.h, E), the last ``n_free`` rows of
+   each model unpenalised (the intercept of classification; the position biases).
 
 Every array argument is marked IN or OUT; outputs are allocated by the caller (kernel.py).
 """

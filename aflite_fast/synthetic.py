@@ -88,6 +88,22 @@ class SyntheticData:
         return np.where(self.is_flipped, 1 - self.y, self.y)
 
 
+def _check_rings(size_name, size, n_spurious, separation, noise, strength_name, strength):
+    """The checks both generators make; returns (size, n_spurious) as ints."""
+    size, n_spurious = int(size), int(n_spurious)
+    if size < 4:
+        raise ValueError(f"{size_name} must be at least 4, got {size}")
+    if n_spurious < 1:
+        raise ValueError(f"n_spurious must be at least 1, got {n_spurious}")
+    if not (np.isfinite(separation) and 0.0 < separation < 1.0):
+        raise ValueError(f"separation must lie in (0, 1), got {separation!r}")
+    if not (np.isfinite(noise) and noise >= 0.0):
+        raise ValueError(f"noise must be a finite number >= 0, got {noise!r}")
+    if not (np.isfinite(strength) and strength >= 0.0):
+        raise ValueError(f"{strength_name} must be a finite number >= 0, got {strength!r}")
+    return size, n_spurious
+
+
 def _check_fraction(name, value, *, closed_right=True):
     # Plain checks with a readable message; ``assert`` would vanish under ``python -O``.
     ok = 0.0 <= value <= 1.0 if closed_right else 0.0 <= value < 1.0
@@ -150,20 +166,8 @@ def make_biased_circles(
     >>> data.X.shape, round(float(data.is_biased.mean()), 2)
     ((1000, 6), 0.75)
     """
-    n_samples = int(n_samples)
-    n_spurious = int(n_spurious)
-    if n_samples < 4:
-        raise ValueError(f"n_samples must be at least 4, got {n_samples}")
-    if n_spurious < 1:
-        raise ValueError(f"n_spurious must be at least 1, got {n_spurious}")
-    if not (np.isfinite(separation) and 0.0 < separation < 1.0):
-        raise ValueError(f"separation must lie in (0, 1), got {separation!r}")
-    if not (np.isfinite(noise) and noise >= 0.0):
-        raise ValueError(f"noise must be a finite number >= 0, got {noise!r}")
-    if not (np.isfinite(spurious_strength) and spurious_strength >= 0.0):
-        raise ValueError(
-            f"spurious_strength must be a finite number >= 0, got {spurious_strength!r}"
-        )
+    n_samples, n_spurious = _check_rings("n_samples", n_samples, n_spurious, separation, noise,
+                                         "spurious_strength", spurious_strength)
     _check_fraction("bias_share", bias_share)
     _check_fraction("flip_rate", flip_rate)
 
@@ -295,19 +299,11 @@ def make_multiple_choice(
     >>> data.X.shape, round(float(data.has_artifact.mean()), 2)
     ((1000, 4, 6), 0.5)
     """
-    n_items, n_candidates, n_spurious = int(n_items), int(n_candidates), int(n_spurious)
-    if n_items < 4:
-        raise ValueError(f"n_items must be at least 4, got {n_items}")
+    n_items, n_spurious = _check_rings("n_items", n_items, n_spurious, separation, noise, "artifact_strength",
+                                       artifact_strength)
+    n_candidates = int(n_candidates)
     if n_candidates < 2:
         raise ValueError(f"n_candidates must be at least 2, got {n_candidates}")
-    if n_spurious < 1:
-        raise ValueError(f"n_spurious must be at least 1, got {n_spurious}")
-    if not (np.isfinite(separation) and 0.0 < separation < 1.0):
-        raise ValueError(f"separation must lie in (0, 1), got {separation!r}")
-    if not (np.isfinite(noise) and noise >= 0.0):
-        raise ValueError(f"noise must be a finite number >= 0, got {noise!r}")
-    if not (np.isfinite(artifact_strength) and artifact_strength >= 0.0):
-        raise ValueError(f"artifact_strength must be a finite number >= 0, got {artifact_strength!r}")
     _check_fraction("artifact_share", artifact_share)
 
     rng = np.random.default_rng(random_state)

@@ -19,7 +19,11 @@ c. the floor: per model and evaluation of objective and gradient, two products o
    t*K x (d+1) x 1, plus prediction, one product of N*K x (d+1) x m, at the best GEMM rate
    measured in the same run (NumPy's OpenBLAS sgemm and the package's GEMM, on
    (50000 x 769) @ (769 x 64) and @ (769 x 192), whichever is fastest).  Evaluations are
-   those our solver made, so the floor measures the kernel, not the solver.
+   those our solver made, so the floor measures the kernel, not the solver;
+d. the stream bound, beside the floor: every solver round reads the rows of all models' items
+   (at t/N = 0.1 with m = 64, every item: N x K x (d+1) float32), so a round cannot take less
+   than that read at the memory bandwidth measured in the same run (OpenBLAS sgemv over the
+   rows, ``--threads`` threads); rounds x that time, plus prediction's read.
 
     PYTHONPATH=. python benchmarks/multiple_choice_speed.py [--n 50000] [--k 4] [--d 768]
         [--shares 0.5 0.1] [--repeat 2] [--loop-sample 2] [--threads 2] [--json out.json]
@@ -113,6 +117,24 @@ def loop_partition(X, y, train, C, dtype, tol=1e-4, max_iter=1000):
     return res.nit, correct
 
 
+def read_rate(X, threads, repeat=3):
+    """Best GB/s of reading X (float32, C-contiguous) once: a matrix-vector product over its rows."""
+    A = X.reshape(-1, X.shape[-1])
+    v = np.ones(A.shape[1], dtype=np.float32)
+    best = 0.0
+    with threadpool_limits(threads):
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            A @ v
+            best = max(best, A.nbytes / (time.perf_counter() - t0) / 1e9)
+    return best
+
+
+def stream_seconds(res, n, K, D, bandwidth):
+    """Rounds (the most evaluations of any model) x one read of the rows, plus prediction's read."""
+    return (float(res.n_eval.max()) + 1) * n * K * D * 4 / (bandwidth * 1e9)
+
+
 def floor_seconds(res, t, n, K, D, m, rate):
     train = float(res.n_eval.sum()) * 2 * 2 * t * K * D
     predict = 2.0 * n * K * D * m
@@ -137,6 +159,8 @@ def main(argv=None):
     center = scan_rows(X.reshape(n * K, d)).astype(np.float32)
     rates = [gemm_rate(min(n * K, 50000), D, cols, a.threads) for cols in (m, 3 * m)]
     rate = max(max(r) for r in rates)
+    bandwidth = read_rate(X, a.threads)
+    print(f"# reading the rows: {bandwidth:.1f} GB/s", flush=True)
     print(f"# GEMM (50000 x {D}) @ ({D} x {m} | {3 * m}): ours {rates[0][0]:.0f} | {rates[1][0]:.0f} GF/s, "
           f"OpenBLAS {rates[0][1]:.0f} | {rates[1][1]:.0f} GF/s; floor at {rate:.0f}", flush=True)
     active = np.arange(n, dtype=np.int64)
@@ -165,21 +189,22 @@ def main(argv=None):
                         print(f"# t/N={share}: loop {np.dtype(dtype).name} est. {out[-1]:.1f} s "
                               f"(iterations {its})", flush=True)
         floor = floor_seconds(res, t, n, K, D, m, rate)
-        row = dict(N=n, K=K, d=d, m=m, share=share, t=t, ours=statistics.median(ours), ours_all=ours,
+        stream = stream_seconds(res, n, K, D, bandwidth)
+        row = dict(stream=stream, bandwidth=bandwidth, N=n, K=K, d=d, m=m, share=share, t=t, ours=statistics.median(ours), ours_all=ours,
                    loop64=loop64[0], loop32=loop32[0], loop_sample=a.loop_sample, floor=floor, gemm_rate=rate,
                    evaluations=float(res.n_eval.mean()), iterations=float(res.n_iter.mean()), seconds=res.seconds)
         rows.append(row)
     print()
     print(f"One multiple-choice phase, N={n} items, K={K}, d={d}, m={m}, {a.threads} threads; ours: median of "
           f"{a.repeat}; loop: {a.loop_sample} of {m} partitions fitted and predicted, scaled to {m} (estimate); "
-          f"floor at {rate:.0f} GF/s.")
+          f"floor at {rate:.0f} GF/s; stream bound at {bandwidth:.1f} GB/s.")
     print()
-    print("| t/N | t | ours (s) | evaluations per model | floor (s) | ours / floor | loop float64, est. (s) "
-          "| loop float32, est. (s) | loop float32 / ours |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| t/N | t | ours (s) | evaluations per model | floor (s) | ours / floor | stream bound (s) "
+          "| loop float64, est. (s) | loop float32, est. (s) | faster loop / ours |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['share']} | {r['t']} | {r['ours']:.2f} | {r['evaluations']:.1f} | {r['floor']:.2f} "
-              f"| {r['ours'] / r['floor']:.2f} | {r['loop64']:.0f} | {r['loop32']:.0f} "
+              f"| {r['ours'] / r['floor']:.2f} | {r['stream']:.2f} | {r['loop64']:.0f} | {r['loop32']:.0f} "
               f"| {min(r['loop32'], r['loop64']) / r['ours']:.0f}x |")
     if a.json:
         a.json.write_text(json.dumps(dict(rows=rows, machine=platform.processor() or platform.machine(),

@@ -125,3 +125,21 @@ def output_files():
         return names
 
     return _list
+
+
+@pytest.fixture
+def record_phases(monkeypatch):
+    """Wrap ``engine.score_phase`` (for this test): returns the list that receives
+    ``(active, train_pos, seen)`` of every call."""
+    from aflite_fast import engine
+
+    real = engine.score_phase
+    calls = []
+
+    def score_phase(X, codes, active, center, train_pos, **kw):
+        res = real(X, codes, active, center, train_pos, **kw)
+        calls.append((active.copy(), train_pos.copy(), res.seen.copy()))
+        return res
+
+    monkeypatch.setattr(engine, "score_phase", score_phase)
+    return calls

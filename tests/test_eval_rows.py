@@ -32,20 +32,6 @@ def data(seed, make_problem):
     return X, y, groups, is_eval
 
 
-def _record(monkeypatch):
-    """Record (active, train_pos, seen) of every call of engine.score_phase."""
-    real = engine.score_phase
-    calls = []
-
-    def score_phase(X, codes, active, center, train_pos, **kw):
-        res = real(X, codes, active, center, train_pos, **kw)
-        calls.append((active.copy(), train_pos.copy(), res.seen.copy()))
-        return res
-
-    monkeypatch.setattr(engine, "score_phase", score_phase)
-    return calls
-
-
 def _check_calls(calls, is_eval, n_models):
     assert calls
     for active, train_pos, seen in calls:
@@ -55,12 +41,12 @@ def _check_calls(calls, is_eval, n_models):
 
 
 @pytest.mark.parametrize("case", ["rows", "groups", "mask_vs_indices"])
-def test_eval_rows_never_train_and_are_seen_by_every_model(data, monkeypatch, case):
+def test_eval_rows_never_train_and_are_seen_by_every_model(data, record_phases, case):
     X, y, groups, is_eval = data
     run = dict(RUN)
     if case == "groups":
         run.update(groups=groups, remove="group")
-    calls = _record(monkeypatch)
+    calls = record_phases
     res = aflite(X, y, eval_rows=is_eval, **run)
     assert len(res.history) >= 2
     _check_calls(calls, is_eval, M)
@@ -78,9 +64,9 @@ def test_eval_rows_never_train_and_are_seen_by_every_model(data, monkeypatch, ca
     assert is_eval[res.removed].any()
 
 
-def test_eval_only_score_keeps_every_eval_row(data, monkeypatch):
+def test_eval_only_score_keeps_every_eval_row(data, record_phases):
     X, y, _, is_eval = data
-    calls = _record(monkeypatch)
+    calls = record_phases
     res = aflite(X, y, eval_rows=is_eval, eval_only_score=True, **RUN)
     _check_calls(calls, is_eval, M)
     assert not is_eval[res.removed].any()
@@ -98,10 +84,11 @@ def test_empty_eval_rows_give_the_plain_run(data):
     assert np.array_equal(a.scores, b.scores, equal_nan=True)
 
 
-def test_predictability_eval_rows(data, monkeypatch):
+def test_predictability_eval_rows(data, record_phases):
     X, y, groups, is_eval = data
     for g in (None, groups):
-        calls = _record(monkeypatch)
+        calls = record_phases
+        calls.clear()
         res = predictability(X, y, n_partitions=M, train_size=300, random_state=1, n_jobs=1, groups=g,
                              eval_rows=np.flatnonzero(is_eval))
         _check_calls(calls, is_eval, M)

@@ -178,20 +178,12 @@ def test_resume_equals_uninterrupted(items, tmp_path, monkeypatch):
         aflite(X, y, checkpoint=path, **dict(run, position_bias=False))
 
 
-def test_groups_null_and_eval_rows(items, monkeypatch):
+def test_groups_null_and_eval_rows(items, record_phases):
     X, y = items
     rng = np.random.default_rng(5)
     groups = rng.integers(0, 400, size=len(y))
     is_eval = rng.random(len(y)) < 0.15
-    real = engine.score_phase
-    calls = []
-
-    def record(X_, codes, active, center, train_pos, **kw):
-        res = real(X_, codes, active, center, train_pos, **kw)
-        calls.append((active.copy(), train_pos.copy(), res.seen.copy()))
-        return res
-
-    monkeypatch.setattr(engine, "score_phase", record)
+    calls = record_phases
     plain = aflite(X, y, n_jobs=1, groups=groups, eval_rows=is_eval, **RUN)
     with_null = aflite(X, y, n_jobs=1, groups=groups, eval_rows=is_eval, null="permutation", **RUN)
     _same(plain, with_null)
