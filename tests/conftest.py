@@ -143,3 +143,27 @@ def record_phases(monkeypatch):
 
     monkeypatch.setattr(engine, "score_phase", score_phase)
     return calls
+
+
+@pytest.fixture
+def interrupted_run(monkeypatch):
+    """``interrupted_run(X, y, path, phase, **run)``: ``aflite(X, y, checkpoint=path, **run)``
+    stopped by a KeyboardInterrupt as it starts ``phase`` (the checkpoint holds the phases before)."""
+    from aflite_fast import aflite, engine
+
+    def run_until(X, y, path, phase, **run):
+        real = engine.score_phase
+        calls = []
+
+        def interrupt(*args, **kw):
+            calls.append(1)
+            if len(calls) == phase + 1:
+                raise KeyboardInterrupt
+            return real(*args, **kw)
+
+        with monkeypatch.context() as m:
+            m.setattr(engine, "score_phase", interrupt)
+            with pytest.raises(KeyboardInterrupt):
+                aflite(X, y, checkpoint=path, **run)
+
+    return run_until

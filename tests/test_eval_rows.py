@@ -13,7 +13,7 @@ import json
 import numpy as np
 import pytest
 
-from aflite_fast import aflite, engine, predictability
+from aflite_fast import aflite, predictability
 from aflite_fast.cli import main
 from aflite_fast.engine import TRAIN_PAD
 
@@ -96,25 +96,13 @@ def test_predictability_eval_rows(data, record_phases):
         assert res.seen[~is_eval].mean() < M - 1  # the others train some models
 
 
-def test_resume_with_eval_rows(data, tmp_path, monkeypatch):
+def test_resume_with_eval_rows(data, tmp_path, interrupted_run):
     X, y, _, is_eval = data
     run = dict(RUN, eval_rows=is_eval)
     full = aflite(X, y, **run)
     assert len(full.history) >= 3
     path = tmp_path / "ck.npz"
-    real = engine.score_phase
-    count = []
-
-    def interrupt(*args, **kw):
-        count.append(1)
-        if len(count) == 2:
-            raise KeyboardInterrupt
-        return real(*args, **kw)
-
-    with monkeypatch.context() as m:
-        m.setattr(engine, "score_phase", interrupt)
-        with pytest.raises(KeyboardInterrupt):
-            aflite(X, y, checkpoint=path, **run)
+    interrupted_run(X, y, path, 1, **run)
     resumed = aflite(X, y, checkpoint=path, **run)
     assert resumed.resumed_from == 1
     assert np.array_equal(full.keep, resumed.keep)
@@ -171,3 +159,16 @@ def test_cli_eval_rows(data, tmp_path, capsys):
     assert err[-1].startswith("aflite-fast filter: error: --eval-rows")
     assert main(["filter", *args, "--out", str(tmp_path / "d"), "--eval-only-score"]) == 2
     assert "--eval-only-score needs --eval-rows" in capsys.readouterr().err
+
+
+def test_eval_rows_on_dask_equal_local(data):
+    """The Dask backend takes the same training positions: the same result as locally."""
+    distributed = pytest.importorskip("distributed")
+    X, y, _, is_eval = data
+    with distributed.LocalCluster(n_workers=1, processes=False, threads_per_worker=1,
+                                  dashboard_address=None) as cluster, distributed.Client(cluster) as client:
+        remote = aflite(X, y, eval_rows=is_eval, eval_only_score=True, backend="dask", client=client,
+                        **dict(RUN, n_jobs=None))
+    local = aflite(X, y, eval_rows=is_eval, eval_only_score=True, **RUN)
+    assert np.array_equal(remote.keep, local.keep)
+    assert np.array_equal(remote.scores, local.scores, equal_nan=True)

@@ -152,25 +152,13 @@ def test_bitwise_over_threads_memmap_and_budget(items, readonly_memmap, position
     assert np.array_equal(p1.scores[first], base.scores[first])
 
 
-def test_resume_equals_uninterrupted(items, tmp_path, monkeypatch):
+def test_resume_equals_uninterrupted(items, tmp_path, interrupted_run):
     X, y = items
     run = dict(RUN, position_bias=True, n_jobs=1)
     full = aflite(X, y, **run)
     assert len(full.history) >= 3
     path = tmp_path / "mc.npz"
-    real = engine.score_phase
-    calls = []
-
-    def interrupt(*args, **kw):
-        calls.append(1)
-        if len(calls) == 3:
-            raise KeyboardInterrupt
-        return real(*args, **kw)
-
-    with monkeypatch.context() as m:
-        m.setattr(engine, "score_phase", interrupt)
-        with pytest.raises(KeyboardInterrupt):
-            aflite(X, y, checkpoint=path, **run)
+    interrupted_run(X, y, path, 2, **run)
     resumed = aflite(X, y, checkpoint=path, **dict(run, n_jobs=2))
     assert resumed.resumed_from == 2
     _same(full, resumed)
