@@ -29,6 +29,10 @@ F. Determinism: a model's loss and gradient are sums over its rows in an order f
 G. Prediction evaluates all models of a block on a chunk of rows with one GEMM and
    accumulates, per row, held-out predictions seen, correct, and the summed probability of
    the given label (and optionally the summed probability vectors).
+H. Multiple choice (``group`` = K > 1, one output per row): a model is a linear scorer of
+   candidates, an item K consecutive rows whose loss is the softmax over their K scores; the
+   same member pass and prediction serve it (afl_member.h, E), the last ``n_free`` rows of
+   each model unpenalised (the intercept of classification; the position biases).
 
 Every array argument is marked IN or OUT; outputs are allocated by the caller (kernel.py).
 """
@@ -58,6 +62,7 @@ cdef extern from "afl_member.h" nogil:
     ctypedef struct afl_member_set:
         int64_t n, D, ldx, Dp
         int C
+        int G
         const float *X
         const int32_t *y
         int64_t B, nrb
@@ -71,7 +76,7 @@ cdef extern from "afl_member.h" nogil:
         afl_user_weight_fn user
     int64_t afl_member_width(int64_t D)
     void afl_member_index(int64_t n, int64_t B, const uint8_t *member, int64_t nrb,
-                          const int64_t *row_blocks, int64_t *mptr, int32_t *mrows)
+                          const int64_t *row_blocks, int64_t *mptr, int32_t *mrows, int G)
     int afl_member_eval(const afl_member_set *s, int64_t nA, const int64_t *active,
                         const float *W, const double *scale, double *loss, double *grad,
                         int n_threads)
@@ -80,7 +85,7 @@ cdef extern from "afl_member.h" nogil:
     int afl_predict(int64_t n, int64_t D, const float *X, int64_t ldx, int64_t B, int C,
                     const float *W, const int64_t *col_blocks, int64_t ncb, const int32_t *y,
                     const uint8_t *heldout, int32_t *seen, int32_t *correct, double *prob_label,
-                    double *proba_sum, int64_t tile, int n_threads)
+                    double *proba_sum, int64_t tile, int n_threads, int G)
 
 cdef enum:
     ST_INIT = 0      # needs its first evaluation at the starting point
@@ -464,19 +469,20 @@ cdef int _precond_fill(_precond_t *pc, int64_t D, const float[:, ::1] dense, con
     return 0
 
 
-def member_index(const uint8_t[:, ::1] member,      # IN  (n, B) 1 where row i trains model j
-                 const int64_t[::1] row_blocks,     # IN  (nrb + 1,) row-block boundaries
+def member_index(const uint8_t[:, ::1] member,      # IN  (n / G, B) 1 where item i trains model j
+                 const int64_t[::1] row_blocks,     # IN  (nrb + 1,) row-block boundaries (rows)
                  int64_t[:, ::1] mptr,              # OUT (B, nrb + 1) see afl_member.h
-                 int32_t[::1] mrows):               # OUT (member.sum(),) member rows
+                 int32_t[::1] mrows,                # OUT (G * member.sum(),) member rows
+                 int group=1):
     """Each model's member rows by row block (exposed for tests)."""
-    cdef int64_t n = member.shape[0], B = member.shape[1], nrb = row_blocks.shape[0] - 1
+    cdef int64_t n = member.shape[0] * group, B = member.shape[1], nrb = row_blocks.shape[0] - 1
     if mptr.shape[0] != B or mptr.shape[1] != nrb + 1 or row_blocks[nrb] != n:
         raise ValueError("member_index: inconsistent shapes")
     if n == 0 or B == 0:
         return
     with nogil:
         afl_member_index(n, B, &member[0, 0], nrb, &row_blocks[0], &mptr[0, 0],
-                         &mrows[0] if mrows.shape[0] > 0 else NULL)
+                         &mrows[0] if mrows.shape[0] > 0 else NULL, group)
 
 
 def predict_tile_bytes():
@@ -520,7 +526,7 @@ def member_eval(const float[:, :] X,             # IN  (n, D) rows with a traili
                 const double[::1] loss_params,   # IN  parameters of the loss
                 double[::1] loss,                # OUT (B,) summed row losses
                 double[:, :, ::1] grad,          # OUT (B, C, member_width(D)) summed scale * dloss/dz x
-                int repeat, int n_threads):
+                int repeat, int n_threads, int group=1):
     """One member-row pass of every model (``repeat`` times; exposed for tests and benchmarks)."""
     cdef afl_member_set ms
     cdef int64_t B = mptr.shape[0], nrb = row_blocks.shape[0] - 1, a
@@ -528,7 +534,7 @@ def member_eval(const float[:, :] X,             # IN  (n, D) rows with a traili
     cdef int64_t Dp = afl_member_width(X.shape[1])
     if (W.shape[0] != B or W.shape[2] != Dp or grad.shape[0] != B
             or grad.shape[1] != W.shape[1] or grad.shape[2] != Dp or loss.shape[0] != B
-            or scale.shape[0] != B or y.shape[0] != X.shape[0] or mptr.shape[1] != nrb + 1
+            or scale.shape[0] != B or y.shape[0] * group != X.shape[0] or mptr.shape[1] != nrb + 1
             or row_blocks[nrb] != X.shape[0] or super_blocks[super_blocks.shape[0] - 1] != nrb):
         raise ValueError("member_eval: inconsistent shapes")
     if B == 0 or X.shape[0] == 0:
@@ -538,6 +544,7 @@ def member_eval(const float[:, :] X,             # IN  (n, D) rows with a traili
     ms.ldx = _row_stride(X)
     ms.Dp = Dp
     ms.C = W.shape[1]
+    ms.G = group
     ms.X = &X[0, 0]
     ms.y = &y[0]
     ms.B = B
@@ -568,9 +575,11 @@ def member_eval(const float[:, :] X,             # IN  (n, D) rows with a traili
 
 def train_block(const float[:, :] X,            # IN  (n, D): rows with a trailing column of ones
                                                  #     (contiguous columns; rows 64-byte aligned
-                                                 #     with a stride of member_width(D) run fastest)
-                const int32_t[::1] y,            # IN  (n,) label codes in [0, n_classes)
-                const uint8_t[:, ::1] member,    # IN  (n, B) 1 where row i trains model j
+                                                 #     with a stride of member_width(D) run fastest);
+                                                 #     with group > 1: n / group items of group rows
+                const int32_t[::1] y,            # IN  (n / group,) label codes in [0, n_classes)
+                                                 #     (group > 1: the right candidate, < group)
+                const uint8_t[:, ::1] member,    # IN  (n / group, B) 1 where row (item) i trains model j
                 const int64_t[::1] n_rows,       # IN  (B,) rows of each model (member column sums)
                 const int64_t[::1] row_blocks,   # IN  (nrb + 1,) row-block boundaries
                 const int64_t[::1] super_blocks, # IN  (nsb + 1,) super-block boundaries (row blocks)
@@ -592,10 +601,14 @@ def train_block(const float[:, :] X,            # IN  (n, D): rows with a traili
                 const float[::1] pre_diag=None,          # IN  (D,) diagonal of H0 (other forms), or
                 const float[:, ::1] pre_factor=None,     # IN  (r, D) F of a low-rank H0
                 const float[:, ::1] pre_core=None,       # IN  (r, r) G of a low-rank H0
-                const int64_t[::1] pre_blocks=None):     # IN  K-blocks over the r rows of F
+                const int64_t[::1] pre_blocks=None,      # IN  K-blocks over the r rows of F
+                int group=1, int n_free=1):
     """Train B multinomial logistic regressions on subsets of the same rows (see module doc).
     H0 is ``precond`` when it is not empty, else diag(pre_diag) + F' G F (F, G optional),
-    else the identity."""
+    else the identity.  With ``group`` > 1 (and n_classes == 1) the models are multiple-choice
+    scorers: an item is ``group`` consecutive rows, its loss the softmax over their scores
+    (afl_member.h, E).  The last ``n_free`` rows of each model are not penalised (the
+    intercept; 0 or the position biases for multiple choice)."""
     cdef int64_t n = X.shape[0], D = X.shape[1], B = member.shape[1]
     cdef int C = n_classes
     cdef int64_t P = D * C
@@ -606,7 +619,9 @@ def train_block(const float[:, :] X,            # IN  (n, D): rows with a traili
     cdef int64_t total = 0, j
     cdef _precond_t pc
     _precond_fill(&pc, D, precond, pre_diag, pre_factor, pre_core, pre_blocks)
-    if (y.shape[0] != n or member.shape[0] != n or coef.shape[0] != B or coef.shape[1] != P
+    if group < 1 or (group > 1 and C != 1) or n_free < 0 or n_free > D or n % group != 0:
+        raise ValueError("train_block: bad group or n_free")
+    if (y.shape[0] * group != n or member.shape[0] * group != n or coef.shape[0] != B or coef.shape[1] != P
             or n_rows.shape[0] != B or l2.shape[0] != B or inv_n.shape[0] != B
             or n_iter.shape[0] != B or status.shape[0] != B or fval.shape[0] != B
             or n_eval.shape[0] != B or row_blocks[nrb] != n or col_blocks[ncb] != D or super_blocks[nsb] != nrb):
@@ -614,7 +629,7 @@ def train_block(const float[:, :] X,            # IN  (n, D): rows with a traili
     if n == 0 or B == 0:
         return
     for j in range(B):
-        total += n_rows[j]
+        total += n_rows[j] * group
     cdef const double *params = &loss_params[0] if loss_params.shape[0] > 0 else NULL
     cdef int64_t ldx = _row_stride(X)
     with nogil:
@@ -623,7 +638,7 @@ def train_block(const float[:, :] X,            # IN  (n, D): rows with a traili
                     &pc,
                     &coef[0, 0], &l2[0], &inv_n[0], n, D, B, C, loss_code, params,
                     <afl_user_weight_fn> user_fn, gtol, ftol, max_iter, hist, max_ls,
-                    &n_iter[0], &status[0], &fval[0], &n_eval[0], n_threads)
+                    &n_iter[0], &status[0], &fval[0], &n_eval[0], n_threads, group, n_free)
     if rc != 0:
         raise MemoryError("train_block: could not allocate scratch memory")
 
@@ -635,7 +650,7 @@ cdef int _train(const float *X, int64_t ldx, const int32_t *y, const uint8_t *me
                 int64_t n, int64_t D, int64_t B, int C, int loss_code, const double *params,
                 afl_user_weight_fn user, double gtol, double ftol, int max_iter, int hist,
                 int max_ls, int32_t *n_iter_out, int32_t *status_out, double *fval_out,
-                int32_t *n_eval_out, int n_threads) noexcept nogil:
+                int32_t *n_eval_out, int n_threads, int group, int n_free) noexcept nogil:
     cdef int64_t P = D * C, C2 = 2 * C
     cdef int64_t Dp = afl_member_width(D), Pp = Dp * C
     cdef int64_t j, a, b, k, r, c, nA, nN, ncols
@@ -686,12 +701,13 @@ cdef int _train(const float *X, int64_t ldx, const int32_t *y, const uint8_t *me
             or dirs == NULL or (use_pre and (V == NULL or O == NULL))):
         rc = -1
     else:
-        afl_member_index(n, B, member, nrb, row_blocks, mptr, mrows)
+        afl_member_index(n, B, member, nrb, row_blocks, mptr, mrows, group)
         ms.n = n
         ms.D = D
         ms.ldx = ldx
         ms.Dp = Dp
         ms.C = C
+        ms.G = group
         ms.X = X
         ms.y = y
         ms.B = B
@@ -743,13 +759,13 @@ cdef int _train(const float *X, int64_t ldx, const int32_t *y, const uint8_t *me
             for a in prange(nA, num_threads=n_threads, schedule='static'):
                 j = active[a]
                 reg = 0.0
-                for k in range((D - 1) * C):
+                for k in range((D - n_free) * C):
                     reg = reg + xt[j * P + k] * xt[j * P + k]
                 ft[j] = lossv[a] * inv_n[j] + 0.5 * l2[j] * reg
                 for r in range(D):
                     for c in range(C):
                         gt[j * P + r * C + c] = gradc[a * Pp + c * Dp + r]
-                        if r < D - 1:
+                        if r < D - n_free:
                             gt[j * P + r * C + c] = gt[j * P + r * C + c] + l2[j] * xt[j * P + r * C + c]
                 _solver_update(P, hist, &state[j], &status[j], &iters[j],
                                coef + j * P, g + j * P, &f[j], xt + j * P, gt + j * P, ft[j],
@@ -824,15 +840,19 @@ def predict_accumulate(const float[:, :] X,          # IN  (n, D) rows with a tr
                        int32_t[::1] correct,          # IN/OUT (n,) correct held-out predictions
                        double[::1] prob_label,        # IN/OUT (n,) summed probability of the label
                        double[:, ::1] proba_sum,      # IN/OUT (n, C) summed probabilities, or (0, C)
-                       int n_threads, int64_t tile_rows=0):
+                       int n_threads, int64_t tile_rows=0, int group=1):
     """Predict rows with every model that holds them out and accumulate the counts; the logits
-    of ``tile_rows`` rows at a time (0: predict_tile_bytes() of them)."""
-    cdef int64_t n = X.shape[0], D = X.shape[1], B = heldout.shape[1]
-    cdef int C = n_classes
+    of ``tile_rows`` rows at a time (0: predict_tile_bytes() of them).  With ``group`` > 1 (and
+    n_classes == 1) X holds ``group`` candidate rows per item, and y, heldout, seen, correct,
+    prob_label and proba_sum (n / group, group) are per item."""
+    if group < 1 or (group > 1 and n_classes != 1) or X.shape[0] % group != 0:
+        raise ValueError("predict_accumulate: bad group")
+    cdef int64_t n = X.shape[0] // group, D = X.shape[1], B = heldout.shape[1]
+    cdef int C = n_classes * group
     cdef int rc = 0
     cdef bint want_proba = proba_sum.shape[0] > 0
     cdef int64_t ldx = _row_stride(X)
-    if (y.shape[0] != n or heldout.shape[0] != n or W.shape[0] != D or W.shape[1] != B * C
+    if (y.shape[0] != n or heldout.shape[0] != n or W.shape[0] != D or W.shape[1] != B * n_classes
             or seen.shape[0] != n or correct.shape[0] != n or prob_label.shape[0] != n
             or (want_proba and (proba_sum.shape[0] != n or proba_sum.shape[1] != C))
             or col_blocks[col_blocks.shape[0] - 1] != D):
@@ -840,9 +860,9 @@ def predict_accumulate(const float[:, :] X,          # IN  (n, D) rows with a tr
     if n == 0 or B == 0:
         return
     with nogil:
-        rc = afl_predict(n, D, &X[0, 0], ldx, B, C, &W[0, 0], &col_blocks[0],
+        rc = afl_predict(n, D, &X[0, 0], ldx, B, n_classes, &W[0, 0], &col_blocks[0],
                          col_blocks.shape[0] - 1, &y[0], &heldout[0, 0], &seen[0], &correct[0],
                          &prob_label[0], &proba_sum[0, 0] if want_proba else NULL, tile_rows,
-                         n_threads)
+                         n_threads, group)
     if rc != 0:
         raise MemoryError("predict_accumulate: could not allocate scratch memory")

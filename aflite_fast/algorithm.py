@@ -30,12 +30,15 @@ from ._mode_names import REMOVE_MODES
 from ._solver_status import DataScale, check_trained, status_counts, total_status, warn_not_converged
 from ._threads import effective_n_threads
 from .checkpoint import Checkpoint, LoopState, data_fingerprint
-from .data import encode_labels, open_embeddings, scan_rows
+from .data import Labels, encode_labels, open_embeddings, scan_rows
+from .eval_rows import eligible_positions, eval_mask, train_positions
+from .eval_rows import fingerprint as eval_fingerprint
 from .groups import check_group_train_size, partition_groups, select_groups
 from .io.fingerprint import ContentHash
 from .io.watch import InputWatch, describe
 from .kernel import SolverOptions
 from .losses import resolve_loss
+from .multiple_choice import check_shape, encode_choices
 from .null import check_null_args, null_codes, summarize
 
 
@@ -196,12 +199,27 @@ def _select(scores, prob_label, seen, tau, budget):
     return eligible[order[:budget]], eligible.size
 
 
-def _eligible(res, active_groups, remove, tau, budget):
+def _eligible(res, active_groups, remove, tau, budget, removable=None):
     """Positions to remove (at most ``budget`` rows) and the rows that could be removed, from
-    one phase's :class:`~aflite_fast.engine.PhaseScores`: per row or per group."""
+    one phase's :class:`~aflite_fast.engine.PhaseScores`: per row or per group.  ``removable``
+    (positions, sorted) restricts both to those positions (``eval_only_score``)."""
+    if removable is not None:
+        sub = _Subset(res.scores[removable], res.prob_label[removable], res.seen[removable])
+        groups = None if active_groups is None else active_groups[removable]
+        chosen, n_eligible = _eligible(sub, groups, remove, tau, budget)
+        return removable[chosen], n_eligible
     if remove == "group":
         return select_groups(res.scores, res.prob_label, res.seen, active_groups, tau, budget)
     return _select(res.scores, res.prob_label, res.seen, tau, budget)
+
+
+@dataclass
+class _Subset:
+    """The per-row results :func:`_eligible` reads, for a subset of the positions."""
+
+    scores: np.ndarray
+    prob_label: np.ndarray
+    seen: np.ndarray
 
 
 def score_nulls(score_phase, X, codes, active, center, train_pos, entropy, phase, n_null, groups, solver, scale):
@@ -219,42 +237,86 @@ def score_nulls(score_phase, X, codes, active, center, train_pos, entropy, phase
 
 
 def _null_pass(score_phase, X, codes, active, center, train_pos, entropy, phase, n_null, active_groups,
-               remove, tau, solver, scale):
+               remove, tau, solver, scale, removable=None):
     """Rows at or above tau under ``n_null`` label permutations of this phase, on its partitions,
     counted as the observed rows are (:func:`score_nulls`)."""
     counts = []
     for res in score_nulls(score_phase, X, codes, active, center, train_pos, entropy, phase, n_null,
                            active_groups, solver, scale):
-        counts.append(_eligible(res, active_groups, remove, tau, 0)[1])
+        counts.append(_eligible(res, active_groups, remove, tau, 0, removable)[1])
         del res
     return summarize(counts)
 
 
-def _run_parameters(settings, spec, entropy, tol, max_iter, remove, null, n_null, stop):
-    """What a checkpoint must agree on: every setting that changes the result (the null's only
-    when it runs, so checkpoints of runs without one stay valid)."""
+def _run_parameters(settings, spec, entropy, tol, max_iter, remove, null, n_null, stop, is_eval=None,
+                    eval_only_score=False, position_bias=None):
+    """What a checkpoint must agree on: every setting that changes the result (the null's and the
+    evaluation rows' only when given, so checkpoints of runs without them stay valid)."""
     params = dict(target_size=settings.target_size, n_partitions=settings.n_partitions,
                   train_size=settings.train_size, slice_size=settings.slice_size, tau=settings.tau,
                   C=settings.C, loss=spec.name, loss_code=int(spec.code), loss_params=spec.params.tolist(),
                   tol=float(tol), max_iter=int(max_iter), seed=int(entropy), remove=remove)
     if null is not None:
         params.update(null=null, n_null=int(n_null), stop=stop)
+    if is_eval is not None:
+        params.update(eval_rows=eval_fingerprint(is_eval), eval_only_score=bool(eval_only_score))
+    if position_bias is not None:  # multiple choice
+        params.update(position_bias=bool(position_bias))
     return params
+
+
+def _is_multiple_choice_input(X):
+    """True when X (an array or a path) holds a 3-D array; False when it cannot be told."""
+    if isinstance(X, (str, os.PathLike)):
+        from .io.arrayfile import open_array_file
+
+        try:
+            return open_array_file(X, "embeddings").ndim == 3
+        except (ValueError, OSError):
+            return False
+    return getattr(X, "ndim", None) == 3
+
+
+def open_problem(X, y, position_bias=False):
+    """X opened (2-D, or 3-D multiple choice), its labels (classes 0..K-1 for multiple
+    choice), the (N, d) view of its rows that scans read, and whether it is multiple choice."""
+    X = open_embeddings(X, items=True)
+    if X.ndim == 3:
+        n_rows, K, n_features = check_shape(X)
+        labels = Labels(classes=np.arange(K), codes=encode_choices(y, n_rows, K))
+        return X, labels, X.reshape(n_rows * K, n_features), True
+    if position_bias:
+        raise ValueError("position_bias applies to multiple-choice X (items x candidates x features) only")
+    return X, encode_labels(y, X.shape[0]), X, False
+
+
+def check_multiple_choice_loss(spec, multiple_choice):
+    """Refuse a loss that does not apply to multiple choice (:mod:`aflite_fast.multiple_choice`, c)."""
+    from .kernel import MC_FORWARD_MESSAGE
+
+    if multiple_choice and spec.name == "forward":
+        raise ValueError(MC_FORWARD_MESSAGE)
 
 
 def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, tau=0.75, C=1.0,
            loss="ce", loss_params=None, max_memory=None, random_state=None, n_jobs=None,
            progress=True, tol=1e-4, max_iter=1000, backend="local", client=None, groups=None,
-           remove="row", checkpoint=None, null=None, n_null=1, stop="paper"):
+           remove="row", checkpoint=None, null=None, n_null=1, stop="paper", eval_rows=None,
+           eval_only_score=False, position_bias=False):
     """Filter the most predictable rows of (X, y) with AFLite.
 
     Parameters
     ----------
-    X : ndarray, numpy.memmap or path to a ``.npy``/``.npz`` file (``FILE.npz:KEY``), shape (N, d)
+    X : ndarray, numpy.memmap or path to a ``.npy``/``.npz`` file (``FILE.npz:KEY``), shape (N, d) or (N, K, d)
         Embeddings, float16/32/64 or integers, either byte order (see
         :func:`aflite_fast.data.open_embeddings`).  Memory maps are read in chunks, never copied whole.
+        A 3-D X is multiple choice: N items of K candidate answers each (see
+        :mod:`aflite_fast.multiple_choice`); an item is a row of the algorithm, and each
+        partition model a linear scorer of candidates trained with the softmax over an item's
+        candidates.
     y : array-like of shape (N,)
-        Labels of any sortable type; mapped to codes 0..C-1.
+        Labels of any sortable type; mapped to codes 0..C-1.  For multiple choice: the right
+        candidate of each item, an integer in 0..K-1.
     target_size : int
         n: filtering never leaves fewer rows than this.
     n_partitions : int, default=64
@@ -326,6 +388,18 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
         whose rows at or above tau do not exceed the null's mean by its margin
         (``3 * max(std, sqrt(mean)) * sqrt(1 + 1/n_null)``); that phase removes nothing, the
         "fewer than k" rule is not applied.  ``"both"``: whichever comes first.
+    eval_rows : array-like of int (row indices) or of bool (a mask of N), optional
+        Evaluation rows (e.g. a dev or test split): never drawn into any partition's training
+        set, so every model of every phase predicts each active one (``seen`` equals
+        ``n_partitions``); they are scored as every row is.  ``train_size`` then counts the
+        training-eligible active rows (the other active rows; a fraction is a share of them).
+        See :mod:`aflite_fast.eval_rows`.
+    eval_only_score : bool, default=False
+        With ``eval_rows``: score the evaluation rows but never remove them; ``target_size``
+        and ``slice_size`` then count the other rows only.
+    position_bias : bool, default=False
+        Multiple choice only: each scorer also learns a bias per candidate position (not
+        penalised), so that an answer-position artifact is learnable.
 
     Returns
     -------
@@ -353,24 +427,38 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
     # the status of X's files, before anything reads them: checked at every phase boundary
     watch = InputWatch([("X", X)])
     if backend == "dask":
+        if _is_multiple_choice_input(X):
+            raise ValueError("backend='dask' does not support multiple-choice X (items x candidates x features); "
+                             "use backend='local', which reads memory-mapped .npy files out of core")
         from . import distributed
         X = distributed.DaskEmbeddings.open(X, client)
         scan, score_phase = distributed.scan_rows_dask, distributed.score_phase_dask
+        labels, X_rows, multiple_choice = encode_labels(y, X.shape[0]), X, False
+        if position_bias:
+            raise ValueError("position_bias applies to multiple-choice X (items x candidates x features) only")
     elif backend == "local":
-        X, scan, score_phase = open_embeddings(X), scan_rows, engine.score_phase
+        X, labels, X_rows, multiple_choice = open_problem(X, y, position_bias)
+        scan, score_phase = scan_rows, engine.score_phase
     else:
         raise ValueError(f"backend must be 'local' or 'dask', got {backend!r}")
-    n_rows, n_features = X.shape
-    labels = encode_labels(y, n_rows)
-    settings = validate_settings(n_rows, target_size=target_size, n_partitions=n_partitions,
+    n_rows, n_features = X.shape[0], X.shape[-1]
+    is_eval = eval_mask(eval_rows, n_rows)
+    if eval_only_score and is_eval is None:
+        raise ValueError("eval_only_score=True needs eval_rows")
+    n_trainable = n_rows if is_eval is None else n_rows - int(is_eval.sum())
+    settings = validate_settings(n_trainable, target_size=target_size, n_partitions=n_partitions,
                                  train_size=train_size, slice_size=slice_size, tau=tau, C=C)
+    # rows the loop may remove (eval_only_score: the evaluation rows stay)
+    removable_count = ((lambda act: act.size) if not eval_only_score
+                       else (lambda act: act.size - int(np.count_nonzero(is_eval[act]))))
     if remove not in REMOVE_MODES:
         raise ValueError(f"remove must be 'row' or 'group', got {remove!r}")
     if remove == "group" and groups is None:
         raise ValueError("remove='group' needs groups (a group id per row)")
     n_null = check_null_args(null, n_null, stop)
-    group_codes = partition_groups(groups, n_rows, settings.train_rows(n_rows))
+    group_codes = partition_groups(groups, n_rows, settings.train_rows(n_trainable), is_eval)
     spec = resolve_loss(loss, loss_params, labels.n_classes)
+    check_multiple_choice_loss(spec, multiple_choice)
     n_threads = effective_n_threads(n_jobs) if backend == "local" else n_jobs
     store = None if checkpoint is None else Checkpoint(checkpoint)
     if random_state is None and store is not None and store.saved_seed is not None:
@@ -380,15 +468,18 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
     options = SolverOptions(tol=tol, max_iter=max_iter)
     budget = engine.parse_memory(max_memory)  # fail early on a bad budget string
     if backend == "local":  # ... and on a phase the budget cannot hold (before allocating it)
+        _, D, n_out = engine.phase_shape(X, labels.n_classes, position_bias)
         engine.check_phase_memory(n_rows, n_rows, settings.n_partitions, settings.train_rows(n_rows),
-                                  n_features, labels.n_classes, budget)
+                                  D - 1, n_out, budget)
     # a checkpoint needs the fingerprint of every row, which the scan computes as it reads them
-    with ContentHash(X.shape, X.dtype, n_threads) if store is not None else nullcontext() as content:
-        center = scan(X, fingerprint=content).astype(np.float32)
+    with ContentHash(X_rows.shape, X.dtype, n_threads) if store is not None else nullcontext() as content:
+        center = scan(X_rows, fingerprint=content).astype(np.float32)
     watch.check()
     state = None
     if store is not None:
-        state = store.start(_run_parameters(settings, spec, entropy, tol, max_iter, remove, null, n_null, stop),
+        state = store.start(_run_parameters(settings, spec, entropy, tol, max_iter, remove, null, n_null, stop,
+                                            is_eval, eval_only_score,
+                                            position_bias if multiple_choice else None),
                             data_fingerprint(X, labels.codes, labels.classes, group_codes,
                                              content=content.hexdigest()),
                             x_source=f"X ({describe(watch.files)})")
@@ -397,7 +488,7 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
                           removed_phase=np.empty(0, dtype=np.int64), scores=np.full(n_rows, np.nan))
     resumed_from = state.phase
 
-    scale = DataScale(X if backend == "local" else None, center)  # read only if a model fails
+    scale = DataScale(X_rows if backend == "local" else None, center)  # read only if a model fails
     active, scores, phase = state.active, state.scores, state.phase
     removed, removed_phase = [state.removed], [state.removed_phase]
     try:
@@ -416,22 +507,27 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
     if backend == "local":
         # every phase (and null pass) gathers its rows into the same buffer
         solver["workspace"] = engine.Workspace()
+    if multiple_choice:
+        solver["position_bias"] = bool(position_bias)
     bar = tqdm(total=max(0, n_rows - settings.target_size), initial=int(state.removed.size),
                disable=not progress, unit="row", desc="AFLite", leave=True)
     try:
-        while ended is None and active.size > settings.target_size:
-            t = settings.train_rows(active.size)
-            if t >= active.size:
-                stop_reason = f"train_size ({t}) reached the number of active rows ({active.size})"
+        while ended is None and removable_count(active) > settings.target_size:
+            eligible = eligible_positions(active, is_eval)
+            t = settings.train_rows(eligible.size)
+            if t >= eligible.size:
+                which = "active rows" if is_eval is None else "training-eligible active rows"
+                stop_reason = f"train_size ({t}) reached the number of {which} ({eligible.size})"
                 break
             active_groups = None if group_codes is None else group_codes[active]
-            problem = None if active_groups is None else check_group_train_size(active_groups, t)
+            problem = None if active_groups is None else check_group_train_size(active_groups[eligible], t)
             if problem:
                 stop_reason = f"groups: {problem}"
                 break
             start = time.perf_counter()
-            train_pos = engine.partition_train_positions(entropy, phase, active.size, t, settings.n_partitions,
-                                                         groups=active_groups)
+            train_pos = train_positions(entropy, phase, active, is_eval, t, settings.n_partitions,
+                                        groups=active_groups)
+            removable = eligible if eval_only_score else None
             warm = None if warm_mean is None else np.repeat(warm_mean[None], settings.n_partitions, axis=0)
             res = score_phase(X, labels.codes, active, center, train_pos, warm_coef=warm, **solver)
             # an untrained model's votes are noise: never report them (ValueError naming the cause)
@@ -439,8 +535,8 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
             warm_mean = res.coef.mean(axis=0)
             phase_scores = res.scores
             scores[active] = phase_scores
-            budget = min(settings.slice_size, active.size - settings.target_size)
-            chosen, n_eligible = _eligible(res, active_groups, remove, settings.tau, budget)
+            budget = min(settings.slice_size, removable_count(active) - settings.target_size)
+            chosen, n_eligible = _eligible(res, active_groups, remove, settings.tau, budget, removable)
             observed = dict(n_scored=int(np.count_nonzero(res.seen)), n_blocks=res.n_blocks,
                             mean_iterations=float(res.n_iter.mean()), solver_status=status_counts(res.status),
                             score_hist=np.histogram(phase_scores[res.seen > 0], bins=SCORE_BINS,
@@ -450,7 +546,7 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
             if null is not None:
                 null_start = time.perf_counter()
                 summary = _null_pass(score_phase, X, labels.codes, active, center, train_pos, entropy, phase,
-                                     n_null, active_groups, remove, settings.tau, solver, scale)
+                                     n_null, active_groups, remove, settings.tau, solver, scale, removable)
                 null_record = dict(null_above_tau=summary.counts, null_mean=summary.mean, null_std=summary.std,
                                    null_share=summary.mean / active.size, null_excess=n_eligible - summary.mean,
                                    null_margin=summary.margin, null_seconds=time.perf_counter() - null_start)

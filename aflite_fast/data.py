@@ -40,9 +40,11 @@ def check_dtype(dtype):
     return dtype
 
 
-def open_embeddings(X):
+def open_embeddings(X, items=False):
     """Return a 2-D array view of X without copying it (an object array of numbers, which
-    cannot be viewed as numbers, is converted to float64).
+    cannot be viewed as numbers, is converted to float64).  With ``items=True`` a 3-D array
+    (N items, K candidates, d features: multiple choice) is accepted too, made C-contiguous
+    (a copy only for an in-memory array that is not).
 
     Parameters
     ----------
@@ -55,8 +57,8 @@ def open_embeddings(X):
     Raises
     ------
     ValueError
-        If the file cannot be read, X is not 2-D, is empty, or has a dtype that is not a
-        real number.
+        If the file cannot be read, X is not 2-D (or 3-D with ``items``), is empty, or has a
+        dtype that is not a real number.
     TypeError
         If X is sparse, or an object array holding values that are not numbers.
     """
@@ -77,8 +79,21 @@ def open_embeddings(X):
             X = X.astype(np.float64)
         except (TypeError, ValueError) as exc:
             raise type(exc)(f"X of dtype object must hold numbers: {exc}") from exc
+    if items and X.ndim == 3:
+        if X.shape[0] == 0 or X.shape[1] == 0 or X.shape[2] == 0:
+            raise ValueError(f"X is empty: shape {X.shape}; multiple-choice X is (items, candidates, features)")
+        check_dtype(X.dtype)
+        if not X.flags.c_contiguous:
+            if isinstance(X, np.memmap):
+                raise ValueError("a multiple-choice memory map must be C-ordered (items, candidates, features)")
+            X = np.ascontiguousarray(X)
+        return X
     if X.ndim != 2:
-        message = f"X must be 2-D (rows x features), got {X.ndim}-D with shape {X.shape}"
+        message = (f"X must be 2-D (rows x features){' or 3-D (items x candidates x features)' if items else ''}, "
+                   f"got {X.ndim}-D with shape {X.shape}")
+        if X.ndim == 3:
+            message += ("; multiple-choice X (items x candidates x features) is read by aflite, predictability "
+                        "and the filter command")
         if X.ndim == 1:
             message += ". Reshape your data: X.reshape(-1, 1) for one feature, X.reshape(1, -1) for one row"
         raise ValueError(message)

@@ -11,6 +11,10 @@ For a phase on the active rows S (sorted row indices) the engine
    together, accumulating per row: held-out predictions seen, correct, and the summed
    probability of the label.
 
+Multiple-choice X (N, K, d) takes the same path: a row of the phase is an item, gathered as
+its K candidate rows (:mod:`aflite_fast.multiple_choice`), trained and predicted by the same
+kernel calls with ``group=K`` (one score per candidate, the softmax over an item's K scores).
+
 So each phase reads X (number of blocks + 1) times at most: each block reads only its
 training rows (a sorted subset of S), the prediction pass reads every active row once.  With
 the default budget and data that fits in memory there is a single block.
@@ -33,6 +37,7 @@ from . import _kernel, kernel
 from ._memory import format_size, parse_memory
 from ._rows import membership_matrix
 from .data import GATHER_CHUNK_BYTES, gather_rows
+from .multiple_choice import candidate_rows, gather_items, n_extra_columns
 
 
 def seed_entropy(random_state):
@@ -122,7 +127,24 @@ def kernel_C(C, n_classes):
     return C / 2.0 if n_classes == 2 else C
 
 
-def training_bytes(n_rows, n_models, n_features, n_classes, history, n_member=None, n_threads=1):
+def phase_shape(X, n_classes, position_bias=False):
+    """(G, D, n_out) of the models of a phase on X: rows per item (1, or K candidates of
+    multiple-choice X (N, K, d)), columns of the kernel rows, outputs per row (the classes,
+    or one score per candidate)."""
+    if X.ndim == 3:
+        K = X.shape[1]
+        return K, X.shape[2] + n_extra_columns(K, position_bias), 1
+    return 1, X.shape[1] + 1, n_classes
+
+
+def gather(X, rows, center, out, chunk_bytes=None, position_bias=False):
+    """The kernel rows of ``rows`` (sorted; items of multiple-choice X: K rows each) into ``out``."""
+    if X.ndim == 3:
+        return gather_items(X, rows, center, out, position_bias, chunk_bytes)
+    return gather_rows(X, rows, center, out, chunk_bytes)
+
+
+def training_bytes(n_rows, n_models, n_features, n_classes, history, n_member=None, n_threads=1, group=1):
     """Scratch bytes of one kernel call training ``n_models`` models on ``n_rows`` rows.
 
     Per row: the float32 rows with their ones column (padded to the kernel's aligned stride),
@@ -131,7 +153,9 @@ def training_bytes(n_rows, n_models, n_features, n_classes, history, n_member=No
     per-model row lists.  Per model: the L-BFGS state (``2 * history + 4`` vectors), the
     block's coefficients, the class-major float32 weights and double gradient of the member
     pass, one double partial sum per thread, the preconditioner product's operand and result,
-    and the row-block offsets.  Per call: the GEMM's packing buffer of that product.
+    and the row-block offsets.  Per call: the GEMM's packing buffer of that product.  With
+    ``group`` = K (multiple choice; ``n_features`` then counts the columns of the kernel rows
+    but one) a row is an item of K candidate rows.
     """
     D = n_features + 1
     Dp = _kernel.member_width(D)
@@ -139,10 +163,10 @@ def training_bytes(n_rows, n_models, n_features, n_classes, history, n_member=No
     Pp = Dp * n_classes
     if n_member is None:
         n_member = n_rows * n_models
-    rows = n_rows * (Dp * 4 + n_models + 24) + 4 * n_member
+    rows = n_rows * (group * (Dp * 4 + 24) + n_models) + 4 * n_member * group
     solver = (n_models * P * 8 * (2 * history + 5) + n_models * Pp * (4 + 8)
               + max(1, n_threads) * n_models * (Pp + 1) * 8 + n_models * P * 2 * (4 + 8)
-              + n_models * (n_rows // kernel.ROW_BLOCK + 2) * 8)
+              + n_models * (n_rows * group // kernel.ROW_BLOCK + 2) * 8)
     pack = _kernel.gemm_pack_buffer_bytes(False, 2 * n_models * n_classes, D, kernel.COL_BLOCK)
     return rows + solver + pack
 
@@ -246,7 +270,7 @@ def check_phase_memory(n_rows, n_active, n_models, train_size, n_features, n_cla
     return overhead
 
 
-def plan_blocks(member, budget, n_features, n_classes, history, overhead=0, n_threads=1):
+def plan_blocks(member, budget, n_features, n_classes, history, overhead=0, n_threads=1, group=1):
     """Group partitions (columns of ``member``) into blocks whose training rows fit ``budget``.
 
     Greedy in partition order; the grouping changes speed and memory, never results.
@@ -267,13 +291,13 @@ def plan_blocks(member, budget, n_features, n_classes, history, overhead=0, n_th
         n_col = int(np.count_nonzero(col))
         new_count = count + int(np.count_nonzero(col & ~in_union))
         need = training_bytes(new_count, len(current) + 1, n_features, n_classes, history,
-                              n_member + n_col, n_threads)
+                              n_member + n_col, n_threads, group)
         if current and need > budget:
             blocks.append(current)
             current, count, n_member = [], 0, 0
             in_union[:] = False
             new_count = n_col
-            need = training_bytes(new_count, 1, n_features, n_classes, history, n_col, n_threads)
+            need = training_bytes(new_count, 1, n_features, n_classes, history, n_col, n_threads, group)
         if need > budget:
             raise MemoryError(
                 f"max_memory={(budget + overhead) / 1e9:.3g} GB is too small to train one partition: "
@@ -315,30 +339,32 @@ class Workspace:
             self.buffer = kernel.row_buffer(n_rows, n_columns)
         return kernel.empty_rows(n_rows, n_columns, self.buffer)
 
-    def gather(self, X, rows, center, chunk_bytes=None):
-        """``gather_rows(X, rows, center, ...)`` into the workspace's buffer.
+    def gather(self, X, rows, center, chunk_bytes=None, position_bias=False):
+        """:func:`gather` of ``rows`` (items of multiple-choice X) into the workspace's buffer.
 
         When the buffer holds rows of the same X and centre of which ``rows`` (sorted) is a
         subset, they are moved down in place (:func:`compact_rows`); otherwise X is read.
         """
         rows = np.asarray(rows, dtype=np.int64)
-        D = X.shape[1] + 1
-        kept = self._subset_of_held(X, rows, center, D)
+        G, D, _ = phase_shape(X, 1, position_bias)
+        key = (D, bool(position_bias))
+        kept = self._subset_of_held(X, rows, center, key)
         if kept is None:
-            out = self.rows(rows.size, D)
-            gather_rows(X, rows, center, out, chunk_bytes)
+            out = self.rows(rows.size * G, D)
+            gather(X, rows, center, out, chunk_bytes, position_bias)
         else:
-            compact_rows(kernel.padded_rows(self.buffer, self._held[2].size, D), kept)
-            out = kernel.empty_rows(rows.size, D, self.buffer)  # the same first rows
-        self._held = (X, np.array(center, copy=True), rows.copy(), D)
+            compact_rows(kernel.padded_rows(self.buffer, self._held[2].size * G, D),
+                         candidate_rows(kept, G) if G > 1 else kept)
+            out = kernel.empty_rows(rows.size * G, D, self.buffer)  # the same first rows
+        self._held = (X, np.array(center, copy=True), rows.copy(), key)
         return out
 
-    def _subset_of_held(self, X, rows, center, D):
+    def _subset_of_held(self, X, rows, center, key):
         """Positions of ``rows`` among the held rows, or None if they are not all held."""
         if self._held is None:
             return None
-        hX, hcenter, hrows, hD = self._held
-        if hX is not X or hD != D or not np.array_equal(hcenter, center) or rows.size > hrows.size:
+        hX, hcenter, hrows, hkey = self._held
+        if hX is not X or hkey != key or not np.array_equal(hcenter, center) or rows.size > hrows.size:
             return None
         pos = np.searchsorted(hrows, rows)
         if pos.size and (pos[-1] >= hrows.size or not np.array_equal(hrows[np.minimum(pos, hrows.size - 1)], rows)):
@@ -367,7 +393,7 @@ def compact_rows(full, keep):
 
 
 def phase_preconditioner(read_rows, active, n_features, n_classes, kernel_C, train_size, n_threads,
-                         chunk_rows=None, form=None):
+                         chunk_rows=None, form=None, group=1):
     """The solver's initial inverse Hessian shared by every partition of a phase
     (a ``kernel.Preconditioner``).
 
@@ -378,14 +404,22 @@ def phase_preconditioner(read_rows, active, n_features, n_classes, kernel_C, tra
     once; the low-rank form reads its sample at once); the L2 weight is the one of a
     partition of ``train_size`` rows.  ``form`` defaults to the first of
     ``kernel.preconditioner_forms`` (see :func:`phase_preconditioner_form` under a budget).
+
+    Multiple choice (``group`` = K): the sample is of items (as many as rows of D / K
+    columns would take), ``read_rows(items)`` returns their candidate rows centred within
+    each item (``kernel.item_centered``), and the curvature is 1 (their second moment is the
+    Hessian at equal scores); ``chunk_rows`` counts candidate rows.
     """
     D = n_features + 1
     if form is None:
-        form = kernel.preconditioner_forms(active.size, D)[0]
-    sample = active[kernel.preconditioner_sample(active.size, D, form)]
+        form = kernel.preconditioner_forms(active.size * group, D)[0]
+    sample = active[kernel.preconditioner_sample(active.size, -(-D // group), form)]
     step = sample.size if chunk_rows is None or form == "lowrank" else max(1, int(chunk_rows))
+    if group > 1 and step < sample.size:  # whole blocks of candidate rows per chunk
+        step = max(1, step // (group * kernel.PRECOND_BLOCK)) * kernel.PRECOND_BLOCK
     chunks = (read_rows(sample[i:i + step]) for i in range(0, sample.size, max(step, 1)))
-    return kernel.preconditioner(chunks, n_classes, 1.0 / (kernel_C * train_size), n_threads, form=form)
+    return kernel.preconditioner(chunks, n_classes, 1.0 / (kernel_C * train_size), n_threads, form=form,
+                                 curvature=None if group == 1 else 1.0)
 
 
 @dataclass
@@ -420,18 +454,19 @@ class PhaseScores:
 
 def score_phase(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="ce",
                 loss_params=None, options=None, max_memory=None, n_threads=1, warm_coef=None,
-                proba_sum=None, on_block=None, workspace=None):
+                proba_sum=None, on_block=None, workspace=None, position_bias=False):
     """Train every partition of a phase and score the active rows.
 
     Parameters
     ----------
-    X : ndarray or memmap (N, d), float16/32/64
-    codes : ndarray (N,), int32 label codes
+    X : ndarray or memmap (N, d), float16/32/64, or (N, K, d): multiple choice (items of K
+        candidates; see :mod:`aflite_fast.multiple_choice`)
+    codes : ndarray (N,), int32 label codes (multiple choice: the right candidate)
     active : ndarray (n_active,), int64 sorted row indices of the active set S
     center : ndarray (d,), float32 value subtracted from every row (see kernel.augment_rows)
     train_pos : ndarray (m, t), int64 sorted training positions in S of each partition, rows
         shorter than t padded at the end with :data:`TRAIN_PAD` (partitions drawn as groups)
-    n_classes : int
+    n_classes : int (multiple choice: K)
     C, loss, loss_params, options : solver settings (see :mod:`aflite_fast.kernel`)
     max_memory : int or str, budget of the training scratch and prediction chunks
     n_threads : int
@@ -439,6 +474,7 @@ def score_phase(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="
     proba_sum : ndarray (n_active, C) float64, optional; receives summed held-out probabilities
     on_block : callable, optional; called after each trained block and predicted chunk
     workspace : Workspace, optional; buffers reused from the previous phase (one block only)
+    position_bias : bool, multiple choice only: a learned bias per candidate position
 
     Returns
     -------
@@ -448,35 +484,39 @@ def score_phase(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="
     budget = parse_memory(max_memory)
     n_active = active.size
     m, t = train_pos.shape
-    d = X.shape[1]
-    D = d + 1
-    overhead = check_phase_memory(X.shape[0], n_active, m, t, d, n_classes, budget, proba_sum is not None)
+    G, D, n_out = phase_shape(X, n_classes, position_bias)
+    d = D - 1  # the kernel rows' columns but one (the features, for classification)
+    n_free = 1 if G == 1 else D - X.shape[2]
+    overhead = check_phase_memory(X.shape[0], n_active, m, t, d, n_out, budget, proba_sum is not None)
     gather_bytes = gather_chunk_bytes(budget)
     budget -= overhead
     member = membership_matrix(train_pos, n_active, np.empty((n_active, m), dtype=np.uint8))
-    blocks = plan_blocks(member, budget, d, n_classes, options.history, overhead, n_threads)
-    coef = (np.zeros((m, D, n_classes)) if warm_coef is None else np.array(warm_coef, dtype=np.float64))
+    blocks = plan_blocks(member, budget, d, n_out, options.history, overhead, n_threads, G)
+    coef = (np.zeros((m, D, n_out)) if warm_coef is None else np.array(warm_coef, dtype=np.float64))
     n_iter = np.zeros(m, dtype=np.int32)
     status = np.zeros(m, dtype=np.int32)
     n_eval = np.zeros(m, dtype=np.int32)
-    Ck = kernel_C(C, n_classes)
+    Ck = kernel_C(C, n_classes) if G == 1 else C
     read_seconds = precond_seconds = 0.0
     t0 = time.perf_counter()
     precond = None
     precond_form = "none"
     if options.precondition:
-        precond_form = phase_preconditioner_form(n_active, d, budget)
+        precond_form = phase_preconditioner_form(n_active * G, d, budget)
 
         def read_sample(rows):
             nonlocal read_seconds
             r0 = time.perf_counter()
-            out = gather_rows(X, rows, center, np.empty((rows.size, D), dtype=np.float32), gather_bytes)
+            out = gather(X, rows, center, np.empty((rows.size * G, D), dtype=np.float32), gather_bytes,
+                         position_bias)
+            if G > 1:
+                out = kernel.item_centered(out, np.arange(rows.size), G)
             read_seconds += time.perf_counter() - r0
             return out
 
         p0 = time.perf_counter()
-        precond = phase_preconditioner(read_sample, active, d, n_classes, Ck, t, n_threads,
-                                       preconditioner_chunk_rows(budget, d), precond_form)
+        precond = phase_preconditioner(read_sample, active, d, n_out, Ck, t, n_threads,
+                                       preconditioner_chunk_rows(budget, d), precond_form, G)
         precond_seconds = time.perf_counter() - p0
     in_block = np.empty(n_active, dtype=bool)
     Xa_all = union_all = None
@@ -487,8 +527,8 @@ def score_phase(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="
             np.logical_or(in_block, member[:, j], out=in_block)
         union = np.flatnonzero(in_block)
         if (len(blocks) == 1 and union.size >= 0.9 * n_active
-                and training_bytes(n_active, m, d, n_classes, options.history, int(member.sum()),
-                                   n_threads) <= budget):
+                and training_bytes(n_active, m, d, n_out, options.history, int(member.sum()),
+                                   n_threads, G) <= budget):
             # (nearly) every active row trains some partition: take them all, so the gather is
             # one sequential pass (no row picking) and prediction finds every row gathered.
             # Rows that train no model change no result: the kernel visits members only.
@@ -499,15 +539,15 @@ def score_phase(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="
         rows = active[union]
         r0 = time.perf_counter()
         if workspace is not None and len(blocks) == 1:
-            Xa = workspace.gather(X, rows, center, gather_bytes)
+            Xa = workspace.gather(X, rows, center, gather_bytes, position_bias)
         else:
-            Xa = gather_rows(X, rows, center, kernel.empty_rows(union.size, D), gather_bytes)
+            Xa = gather(X, rows, center, kernel.empty_rows(union.size * G, D), gather_bytes, position_bias)
         read_seconds += time.perf_counter() - r0
         coef_b = np.ascontiguousarray(coef[block])
         coef_b, info = kernel.train_models(
-            Xa, codes[rows], bm, n_classes, C=Ck, loss=loss, loss_params=loss_params,
+            Xa, codes[rows], bm, n_out, C=Ck, loss=loss, loss_params=loss_params,
             coef=coef_b, positions=union, precond=precond, options=options,
-            n_threads=n_threads)
+            n_threads=n_threads, group=G, n_free=n_free)
         coef[block] = coef_b
         n_iter[block] = info["n_iter"]
         status[block] = info["status"]
@@ -527,7 +567,7 @@ def score_phase(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="
     correct = np.zeros(n_active, dtype=np.int32)
     prob_label = np.zeros(n_active, dtype=np.float64)
     W = kernel.stack_weights(coef)
-    per_row = prediction_row_bytes(d, m, n_classes)
+    per_row = prediction_row_bytes(d, m, n_out) * G
     # positions to predict, in runs: rows of the trained block (already gathered) and the rest;
     # a run of consecutive positions is a slice (no copies of the per-row arrays)
     runs = [(slice(0, n_active), None)]
@@ -546,16 +586,17 @@ def score_phase(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="
             p = (slice(pos.start + s0, min(pos.stop, pos.start + s0 + chunk)) if isinstance(pos, slice)
                  else pos[s0:s0 + chunk])
             if rows_in_memory is not None:
-                Xa = rows_in_memory[s0:s0 + chunk]
+                Xa = rows_in_memory[s0 * G:(s0 + chunk) * G]
             else:
                 r0 = time.perf_counter()
-                Xa = gather_rows(X, active[p], center, kernel.empty_rows(len(active[p]), D), gather_bytes)
+                Xa = gather(X, active[p], center, kernel.empty_rows(len(active[p]) * G, D), gather_bytes,
+                            position_bias)
                 read_seconds += time.perf_counter() - r0
             heldout = np.subtract(1, member[p], dtype=np.uint8)
             s_, c_, pl_ = seen[p], correct[p], prob_label[p]
             ps_ = None if proba_sum is None else proba_sum[p]
-            kernel.predict_accumulate(Xa, codes[active[p]], heldout, W, n_classes, s_, c_, pl_, ps_,
-                                      n_threads)
+            kernel.predict_accumulate(Xa, codes[active[p]], heldout, W, n_out, s_, c_, pl_, ps_,
+                                      n_threads, G)
             if not isinstance(p, slice):  # fancy indexing copied: write back
                 seen[p], correct[p], prob_label[p] = s_, c_, pl_
                 if proba_sum is not None:

@@ -73,13 +73,14 @@ def check_group_train_size(active_groups, train_size):
     return None
 
 
-def partition_groups(groups, n_rows, train_size):
+def partition_groups(groups, n_rows, train_size, is_eval=None):
     """Group codes for partitions of ``train_size`` rows over all ``n_rows`` rows (None without
-    groups): :func:`encode_groups` then :func:`check_group_train_size`, as a ValueError."""
+    groups): :func:`encode_groups` then :func:`check_group_train_size` (over the rows that are
+    not evaluation rows, ``is_eval``), as a ValueError."""
     if groups is None:
         return None
     codes = encode_groups(groups, n_rows)
-    problem = check_group_train_size(codes, train_size)
+    problem = check_group_train_size(codes if is_eval is None else codes[~is_eval], train_size)
     if problem:
         raise ValueError(f"groups: {problem}")
     return codes

@@ -6,6 +6,11 @@ Rows handed to the kernel are float32 with a trailing column of ones (the interc
 ``augment_rows`` and :mod:`aflite_fast.data` produce them.  ``preconditioner`` builds the
 shared initial inverse Hessian of the solver from a sample of the rows, in the form that
 ``preconditioner_forms`` picks from the sizes.
+
+Multiple choice (``group=K`` in :func:`train_models` and :func:`predict_accumulate`): an item's
+K candidate rows are K consecutive rows and each model is one linear scorer (one output,
+``n_classes=1``) trained with the softmax over each item's K scores; the same member pass
+serves both shapes (``csrc/afl_member.h``, E).
 """
 import numbers
 from dataclasses import dataclass
@@ -23,6 +28,13 @@ except ImportError as exc:  # pragma: no cover - exercised only on a broken inst
 
 from ._threads import limit_blas_threads
 from .losses import resolve_loss
+from ._loss_names import LOSS_CODES as _LOSS_CODES
+
+_LOSS_FORWARD = _LOSS_CODES["forward"]
+#: Why multiple choice refuses the forward-corrected loss.
+MC_FORWARD_MESSAGE = ("loss='forward' does not apply to multiple choice: a noise transition matrix relates "
+                      "classes, and the candidates of an item are positions, not classes; use 'ce', 'gce', "
+                      "'gce_trunc', 'mae', 'sce' or a user loss")
 
 #: Rows of the active set summed together before their sum joins the running total.  Row
 #: blocks are aligned to positions in the active set (not in the block's training rows), so
@@ -251,7 +263,7 @@ def _regularizer(mean_square_trace, D, l2):
     return max(float(l2), 1e-7 * scale) if scale > 0 else 1.0
 
 
-def preconditioner(rows, n_classes, l2, n_threads=1, form="dense"):
+def preconditioner(rows, n_classes, l2, n_threads=1, form="dense", curvature=None):
     """Initial inverse Hessian H0 of the L-BFGS solver from augmented rows.
 
     ``H0 = (s * X'X / n + l2 * I)^-1`` over the n rows given, with ``s = (C - 1) / C^2`` the
@@ -287,6 +299,9 @@ def preconditioner(rows, n_classes, l2, n_threads=1, form="dense"):
     n_threads : int
     form : str
         One of :data:`PRECOND_FORMS`.
+    curvature : float, optional
+        s in place of ``(C - 1) / C^2``: a multiple-choice scorer gives rows centred within
+        their item and s = 1 (the Hessian at equal scores is the within-item covariance).
 
     Returns
     -------
@@ -297,7 +312,7 @@ def preconditioner(rows, n_classes, l2, n_threads=1, form="dense"):
     chunks = [rows] if isinstance(rows, np.ndarray) else rows
     if form == "none":
         return Preconditioner("none")
-    s = (n_classes - 1) / float(n_classes) ** 2
+    s = (n_classes - 1) / float(n_classes) ** 2 if curvature is None else float(curvature)
     if form == "lowrank":
         return _lowrank_preconditioner(chunks, s, l2, n_threads)
     acc, n, D = None, 0, None
@@ -358,12 +373,12 @@ def _lowrank_preconditioner(chunks, s, l2, n_threads):
                           core=core.astype(np.float32))
 
 
-def super_blocks(positions, row_blocks, n_columns):
+def super_blocks(positions, row_blocks, n_columns, block=ROW_BLOCK):
     """Super-block boundaries (in row blocks) for rows at ``positions`` with ``n_columns``
-    float32 columns.  A super-block is a fixed range of positions (whole row blocks, about
-    :data:`SUPER_BLOCK_BYTES` of rows), so the order in which a model's sums are added depends
-    on the positions and the width of the rows alone."""
-    size = max(1, SUPER_BLOCK_BYTES // (4 * int(n_columns) * ROW_BLOCK)) * ROW_BLOCK
+    float32 columns (row blocks of ``block`` positions).  A super-block is a fixed range of
+    positions (whole row blocks, about :data:`SUPER_BLOCK_BYTES` of rows), so the order in
+    which a model's sums are added depends on the positions and the width of the rows alone."""
+    size = max(1, SUPER_BLOCK_BYTES // (4 * int(n_columns) * block)) * block
     positions = np.asarray(positions, dtype=np.int64)
     if positions.size == 0:
         return np.array([0], dtype=np.int64)
@@ -464,8 +479,17 @@ def row_blocks_from_positions(positions, size=ROW_BLOCK):
     return np.concatenate(([0], starts, [positions.size])).astype(np.int64)
 
 
+def item_blocks(positions, group):
+    """Row blocks and super-blocks (in rows of ``group`` per item) of items at ``positions``:
+    blocks of ``ROW_BLOCK // group`` item positions, so every block ends on an item boundary
+    and holds about ROW_BLOCK rows; fixed by the positions alone."""
+    per = max(1, ROW_BLOCK // group)
+    items = row_blocks_from_positions(positions, per)
+    return items * group, items
+
+
 def train_models(Xa, y, member, n_classes, *, C=1.0, loss="ce", loss_params=None, coef=None,
-                 positions=None, precond=None, options=None, n_threads=1):
+                 positions=None, precond=None, options=None, n_threads=1, group=1, n_free=1):
     """Train ``member.shape[1]`` models on subsets of the rows ``Xa``.
 
     Parameters
@@ -497,6 +521,15 @@ def train_models(Xa, y, member, n_classes, *, C=1.0, loss="ce", loss_params=None
         its optimum.
     options : SolverOptions, optional
     n_threads : int
+    group : int, default=1
+        Multiple choice with ``group`` = K > 1: ``Xa`` holds K consecutive candidate rows per
+        item (n = items x K), ``y`` and ``member`` one entry per item (``y`` the right
+        candidate, < K), ``n_classes`` must be 1 (one score per candidate) and the loss is
+        over each item's K candidates (resolved for K classes); ``positions`` are the items'.
+        ``C`` is then used as given (no two-class halving applies).
+    n_free : int, default=1
+        The last ``n_free`` rows of each model are not penalised (the intercept; for multiple
+        choice the position-bias columns, or 0).
 
     Returns
     -------
@@ -507,7 +540,12 @@ def train_models(Xa, y, member, n_classes, *, C=1.0, loss="ce", loss_params=None
     options = options or SolverOptions()
     n, D = Xa.shape
     B = member.shape[1]
-    spec = resolve_loss(loss, loss_params, n_classes)
+    if group > 1 and n_classes != 1:
+        raise ValueError(f"multiple choice (group={group}) scores each candidate with one output: n_classes must "
+                         f"be 1, got {n_classes}")
+    spec = resolve_loss(loss, loss_params, group if group > 1 else n_classes)
+    if group > 1 and spec.code == _LOSS_FORWARD:
+        raise ValueError(MC_FORWARD_MESSAGE)
     if coef is None:
         coef = np.zeros((B, D, n_classes), dtype=np.float64)
     if coef.shape != (B, D, n_classes) or coef.dtype != np.float64 or not coef.flags.c_contiguous:
@@ -515,7 +553,8 @@ def train_models(Xa, y, member, n_classes, *, C=1.0, loss="ce", loss_params=None
     n_rows = member.sum(axis=0, dtype=np.int64)
     if np.any(n_rows == 0):
         raise ValueError("every model needs at least one training row")
-    positions = np.arange(n, dtype=np.int64) if positions is None else np.asarray(positions, np.int64)
+    n_items = n // group
+    positions = np.arange(n_items, dtype=np.int64) if positions is None else np.asarray(positions, np.int64)
     l2 = 1.0 / (float(C) * n_rows)
     if not options.precondition or precond is None:
         precond = Preconditioner("none")
@@ -523,9 +562,14 @@ def train_models(Xa, y, member, n_classes, *, C=1.0, loss="ce", loss_params=None
         if precond != "auto":
             raise ValueError(f"precond must be None, 'auto', a Preconditioner or a matrix, got {precond!r}")
         form = preconditioner_forms(n, D)[0]
-        sample = preconditioner_sample(n, D, form)
-        rows = Xa if sample.size == n else Xa[sample]  # no copy when the sample is every row
-        precond = preconditioner(rows, n_classes, float(np.mean(l2)), n_threads, form=form)
+        if group > 1:
+            sample = preconditioner_sample(n_items, -(-D // group), form)
+            precond = preconditioner(item_centered(Xa, sample, group), 1, float(np.mean(l2)), n_threads,
+                                     form=form, curvature=1.0)
+        else:
+            sample = preconditioner_sample(n, D, form)
+            rows = Xa if sample.size == n else Xa[sample]  # no copy when the sample is every row
+            precond = preconditioner(rows, n_classes, float(np.mean(l2)), n_threads, form=form)
     elif isinstance(precond, np.ndarray):
         if precond.shape != (D, D) or precond.dtype != np.float32 or not precond.flags.c_contiguous:
             raise ValueError(f"precond must be a C-contiguous float32 array of shape {(D, D)}")
@@ -541,9 +585,14 @@ def train_models(Xa, y, member, n_classes, *, C=1.0, loss="ce", loss_params=None
             start, _ = train_models(Xa, y, np.ascontiguousarray(member[:, cold]), n_classes, C=C,
                                     loss=spec.warmup, coef=np.ascontiguousarray(coef[cold]),
                                     positions=positions, precond=precond, options=options,
-                                    n_threads=n_threads)
+                                    n_threads=n_threads, group=group, n_free=n_free)
             coef[cold] = start
-    row_blocks = row_blocks_from_positions(positions)
+    if group > 1:
+        row_blocks, item_rb = item_blocks(positions, group)
+        sblocks = super_blocks(positions, item_rb, D * group, max(1, ROW_BLOCK // group))
+    else:
+        row_blocks = row_blocks_from_positions(positions)
+        sblocks = super_blocks(positions, row_blocks, D)
     inv_n = 1.0 / n_rows.astype(np.float64)
     n_iter = np.zeros(B, dtype=np.int32)
     status = np.zeros(B, dtype=np.int32)
@@ -552,13 +601,13 @@ def train_models(Xa, y, member, n_classes, *, C=1.0, loss="ce", loss_params=None
     pre = precond.kernel_arguments(D)
     with limit_blas_threads():
         _kernel.train_block(
-            Xa, y, member, n_rows, row_blocks, super_blocks(positions, row_blocks, D),
+            Xa, y, member, n_rows, row_blocks, sblocks,
             block_bounds(D, COL_BLOCK), pre.get("dense", _NO_MATRIX), coef.reshape(B, D * n_classes),
             l2, inv_n, n_classes, spec.code, spec.params, spec.address,
             options.tol, options.ftol, options.max_iter, options.history,
             options.max_line_search, n_iter, status, fval, n_eval, n_threads,
             pre_diag=pre.get("diag"), pre_factor=pre.get("factor"), pre_core=pre.get("core"),
-            pre_blocks=pre.get("factor_blocks"),
+            pre_blocks=pre.get("factor_blocks"), group=group, n_free=n_free,
         )
     return coef, {"n_iter": n_iter, "status": status, "objective": fval, "n_eval": n_eval}
 
@@ -577,24 +626,38 @@ def predict_tile_rows(n_models, n_classes):
 
 
 def predict_accumulate(Xa, y, heldout, W, n_classes, seen, correct, prob_label,
-                       proba_sum=None, n_threads=1):
+                       proba_sum=None, n_threads=1, group=1):
     """Accumulate held-out predictions of the models in ``W`` (see ``stack_weights``).
 
     Logits are computed a tile of :func:`predict_tile_rows` rows at a time, at most the rows
-    given, so a call's scratch grows with its rows up to a fixed cap."""
+    given, so a call's scratch grows with its rows up to a fixed cap.  With ``group`` = K > 1
+    (``n_classes`` 1) ``Xa`` holds K candidate rows per item and the other arrays are per item
+    (``proba_sum`` (items, K)): an item's prediction is its highest-scoring candidate."""
     if proba_sum is None:
-        proba_sum = np.empty((0, n_classes), dtype=np.float64)
+        proba_sum = np.empty((0, n_classes * group), dtype=np.float64)
     with limit_blas_threads():
         _kernel.predict_accumulate(Xa, y, heldout, W, block_bounds(Xa.shape[1], COL_BLOCK),
-                                   n_classes, seen, correct, prob_label, proba_sum, n_threads)
+                                   n_classes, seen, correct, prob_label, proba_sum, n_threads, 0, group)
 
 
-def predict_proba(Xa, coef, n_threads=1):
-    """Probabilities of one model (coef of shape (D, C)) on augmented rows, float64 (n, C)."""
-    n = Xa.shape[0]
+def predict_proba(Xa, coef, n_threads=1, group=1):
+    """Probabilities of one model (coef of shape (D, C)) on augmented rows, float64 (n, C);
+    with ``group`` = K > 1, of each item's K candidates (n / K, K)."""
+    n = Xa.shape[0] // group
     C = coef.shape[-1]
     W = stack_weights(coef.reshape(1, *coef.shape))
-    out = np.zeros((n, C), dtype=np.float64)
+    out = np.zeros((n, C * group), dtype=np.float64)
     predict_accumulate(Xa, np.full(n, -1, dtype=np.int32), np.ones((n, 1), dtype=np.uint8), W, C,
-                       np.zeros(n, np.int32), np.zeros(n, np.int32), np.zeros(n), out, n_threads)
+                       np.zeros(n, np.int32), np.zeros(n, np.int32), np.zeros(n), out, n_threads, group)
     return out
+
+
+def item_centered(Xa, items, group):
+    """The candidate rows of ``items`` (positions among the items of ``Xa``, K = ``group``
+    rows each) minus their item's mean row, float32 (len(items) x K, D): the rows whose
+    second moment is the Hessian of a multiple-choice scorer at equal scores."""
+    rows = (np.asarray(items, dtype=np.int64)[:, None] * group + np.arange(group)).ravel()
+    block = np.asarray(Xa[rows] if rows.size != Xa.shape[0] else Xa, dtype=np.float32)
+    block = block.reshape(-1, group, Xa.shape[1])
+    out = block - block.mean(axis=1, keepdims=True, dtype=np.float64).astype(np.float32)
+    return np.ascontiguousarray(out.reshape(-1, Xa.shape[1]))

@@ -7,8 +7,9 @@ import numpy as np
 from . import engine
 from ._solver_status import DataScale, check_trained, status_counts, warn_not_converged
 from ._threads import effective_n_threads
-from .algorithm import score_nulls, validate_settings
-from .data import encode_labels, open_embeddings, scan_rows
+from .algorithm import check_multiple_choice_loss, open_problem, score_nulls, validate_settings
+from .data import scan_rows
+from .eval_rows import eval_mask, train_positions
 from .groups import partition_groups
 from .kernel import SolverOptions
 from .losses import resolve_loss
@@ -52,7 +53,7 @@ class PredictabilityResult:
 
 def predictability(X, y, *, n_partitions=64, train_size, C=1.0, loss="ce", loss_params=None,
                    max_memory=None, random_state=None, n_jobs=None, tol=1e-4, max_iter=1000, groups=None,
-                   null=None, n_null=1):
+                   null=None, n_null=1, eval_rows=None, position_bias=False):
     """Predictability score of every row from one phase of ``n_partitions`` random partitions.
 
     Parameters are those of :func:`aflite`.  The partitions are those of phase 0 of
@@ -60,7 +61,10 @@ def predictability(X, y, *, n_partitions=64, train_size, C=1.0, loss="ce", loss_
     first phase.  With ``groups`` every partition trains on whole groups.  With
     ``null="permutation"`` the same partitions are scored ``n_null`` more times with the
     labels permuted, the permutations of that run's phase 0 (``null_scores``; see
-    :mod:`aflite_fast.null`).
+    :mod:`aflite_fast.null`).  With ``eval_rows`` (indices or a boolean mask) those rows are never
+    drawn into a training set, so every model predicts them (``seen == n_partitions``), and
+    ``train_size`` counts the other rows (see :mod:`aflite_fast.eval_rows`).  A 3-D X (N, K, d)
+    is multiple choice (``position_bias`` as in :func:`aflite`): scores are per item.
 
     Returns
     -------
@@ -77,23 +81,26 @@ def predictability(X, y, *, n_partitions=64, train_size, C=1.0, loss="ce", loss_
     sklearn.exceptions.ConvergenceWarning
         When any partition's model stopped without converging.
     """
-    X = open_embeddings(X)
+    X, labels, X_rows, multiple_choice = open_problem(X, y, position_bias)
     n_rows = X.shape[0]
-    labels = encode_labels(y, n_rows)
-    settings = validate_settings(n_rows, target_size=0, n_partitions=n_partitions,
+    is_eval = eval_mask(eval_rows, n_rows)
+    n_trainable = n_rows if is_eval is None else n_rows - int(is_eval.sum())
+    settings = validate_settings(n_trainable, target_size=0, n_partitions=n_partitions,
                                  train_size=train_size, slice_size=1, tau=0.5, C=C)
     n_null = check_null_args(null, n_null, "paper")
     spec = resolve_loss(loss, loss_params, labels.n_classes)
-    center = scan_rows(X).astype(np.float32)
+    check_multiple_choice_loss(spec, multiple_choice)
+    center = scan_rows(X_rows).astype(np.float32)
     active = np.arange(n_rows, dtype=np.int64)
-    t = settings.train_rows(n_rows)
-    group_codes = partition_groups(groups, n_rows, t)
+    t = settings.train_rows(n_trainable)
+    group_codes = partition_groups(groups, n_rows, t, is_eval)
     entropy = engine.seed_entropy(random_state)
-    train_pos = engine.partition_train_positions(entropy, 0, n_rows, t, settings.n_partitions, groups=group_codes)
+    train_pos = train_positions(entropy, 0, active, is_eval, t, settings.n_partitions, groups=group_codes)
     solver = dict(n_classes=labels.n_classes, C=settings.C, loss=spec,
                   options=SolverOptions(tol=tol, max_iter=max_iter), max_memory=max_memory,
-                  n_threads=effective_n_threads(n_jobs))
-    scale = DataScale(X, center)  # read only if a model failed
+                  n_threads=effective_n_threads(n_jobs), **({"position_bias": bool(position_bias)}
+                                                            if multiple_choice else {}))
+    scale = DataScale(X_rows, center)  # read only if a model failed
     res = engine.score_phase(X, labels.codes, active, center, train_pos, **solver)
     check_trained(res.n_iter, res.status, scale, what="partition model")
     warn_not_converged(status_counts(res.status), what="partition model")

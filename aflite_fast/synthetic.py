@@ -28,7 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["SyntheticData", "make_biased_circles", "separation_levels"]
+__all__ = ["SyntheticChoices", "SyntheticData", "make_biased_circles", "make_multiple_choice",
+           "separation_levels"]
 
 # The four separation levels, most separated first as in the paper's Figure 2. With the
 # default noise of 0.1 the two rings are about 5, 3, 2 and 1 noise standard deviations
@@ -85,6 +86,22 @@ class SyntheticData:
     def ring(self):
         """Ring each row was drawn on (the label before flipping), int64 array."""
         return np.where(self.is_flipped, 1 - self.y, self.y)
+
+
+def _check_rings(size_name, size, n_spurious, separation, noise, strength_name, strength):
+    """The checks both generators make; returns (size, n_spurious) as ints."""
+    size, n_spurious = int(size), int(n_spurious)
+    if size < 4:
+        raise ValueError(f"{size_name} must be at least 4, got {size}")
+    if n_spurious < 1:
+        raise ValueError(f"n_spurious must be at least 1, got {n_spurious}")
+    if not (np.isfinite(separation) and 0.0 < separation < 1.0):
+        raise ValueError(f"separation must lie in (0, 1), got {separation!r}")
+    if not (np.isfinite(noise) and noise >= 0.0):
+        raise ValueError(f"noise must be a finite number >= 0, got {noise!r}")
+    if not (np.isfinite(strength) and strength >= 0.0):
+        raise ValueError(f"{strength_name} must be a finite number >= 0, got {strength!r}")
+    return size, n_spurious
 
 
 def _check_fraction(name, value, *, closed_right=True):
@@ -149,20 +166,8 @@ def make_biased_circles(
     >>> data.X.shape, round(float(data.is_biased.mean()), 2)
     ((1000, 6), 0.75)
     """
-    n_samples = int(n_samples)
-    n_spurious = int(n_spurious)
-    if n_samples < 4:
-        raise ValueError(f"n_samples must be at least 4, got {n_samples}")
-    if n_spurious < 1:
-        raise ValueError(f"n_spurious must be at least 1, got {n_spurious}")
-    if not (np.isfinite(separation) and 0.0 < separation < 1.0):
-        raise ValueError(f"separation must lie in (0, 1), got {separation!r}")
-    if not (np.isfinite(noise) and noise >= 0.0):
-        raise ValueError(f"noise must be a finite number >= 0, got {noise!r}")
-    if not (np.isfinite(spurious_strength) and spurious_strength >= 0.0):
-        raise ValueError(
-            f"spurious_strength must be a finite number >= 0, got {spurious_strength!r}"
-        )
+    n_samples, n_spurious = _check_rings("n_samples", n_samples, n_spurious, separation, noise,
+                                         "spurious_strength", spurious_strength)
     _check_fraction("bias_share", bias_share)
     _check_fraction("flip_rate", flip_rate)
 
@@ -213,3 +218,108 @@ def make_biased_circles(
         flip_rate=float(flip_rate),
         random_state=random_state,
     )
+
+
+@dataclass(frozen=True)
+class SyntheticChoices:
+    """One synthetic multiple-choice dataset (:func:`make_multiple_choice`) and its truth.
+
+    Attributes
+    ----------
+    X : ndarray of shape (n_items, n_candidates, 2 + n_spurious), float32
+        Per candidate: its 2-D point (columns 0, 1) and the spurious columns (the artifact is
+        column 2).
+    y : ndarray of shape (n_items,), int64
+        The right candidate of each item.
+    has_artifact : ndarray of shape (n_items,), bool
+        True where the right candidate carries the planted artifact.
+    separation, noise, n_spurious, artifact_share, artifact_strength : float or int
+        The parameters the data was generated with.
+    """
+
+    X: np.ndarray
+    y: np.ndarray
+    has_artifact: np.ndarray
+    separation: float
+    noise: float
+    n_spurious: int
+    artifact_share: float
+    artifact_strength: float
+
+
+def make_multiple_choice(
+    n_items=4000,
+    *,
+    n_candidates=4,
+    separation=0.4,
+    noise=0.1,
+    n_spurious=4,
+    artifact_share=0.5,
+    artifact_strength=3.0,
+    random_state=None,
+):
+    """Generate multiple-choice items whose real signal a linear scorer cannot read, with a
+    planted artifact on the right answer of a share of them.
+
+    a. Every candidate is a 2-D point at a uniform angle: the right one on the inner ring
+       (radius ``1 - separation``), the others on the outer ring (radius 1), each moved by
+       isotropic Gaussian noise.  Which candidate is right is a function of its distance from
+       the origin: a non-linear scorer reads it, a linear scorer ``w . x`` cannot (its scores
+       do not depend on the radius, the angles being uniform).
+    b. ``n_spurious`` more columns per candidate, standard normal; in ``artifact_share`` of
+       the items (an exact count, rounded) the right candidate's first spurious column is
+       shifted by ``artifact_strength``: an annotation artifact that a linear scorer reads.
+    c. The right candidate's position is uniform over the ``n_candidates`` positions.
+
+    Parameters
+    ----------
+    n_items : int, default=4000
+    n_candidates : int, default=4
+        K, at least 2.
+    separation : float, default=0.4
+        Radial gap between the rings, in (0, 1).
+    noise : float, default=0.1
+        Standard deviation of the noise of the 2-D points.
+    n_spurious : int, default=4
+        Spurious columns (at least 1; the first carries the artifact).
+    artifact_share : float, default=0.5
+        Share of the items whose right candidate carries the artifact, in [0, 1].
+    artifact_strength : float, default=3.0
+        Shift of the artifact column, in standard deviations.
+    random_state : int, numpy.random.Generator or None
+
+    Returns
+    -------
+    SyntheticChoices
+
+    Examples
+    --------
+    >>> from aflite_fast.synthetic import make_multiple_choice
+    >>> data = make_multiple_choice(1000, random_state=0)
+    >>> data.X.shape, round(float(data.has_artifact.mean()), 2)
+    ((1000, 4, 6), 0.5)
+    """
+    n_items, n_spurious = _check_rings("n_items", n_items, n_spurious, separation, noise, "artifact_strength",
+                                       artifact_strength)
+    n_candidates = int(n_candidates)
+    if n_candidates < 2:
+        raise ValueError(f"n_candidates must be at least 2, got {n_candidates}")
+    _check_fraction("artifact_share", artifact_share)
+
+    rng = np.random.default_rng(random_state)
+    n, K = n_items, n_candidates
+    y = rng.integers(0, K, size=n)
+    right = np.zeros((n, K), dtype=bool)
+    right[np.arange(n), y] = True
+    radius = np.where(right, 1.0 - separation, 1.0)
+    angle = rng.uniform(0.0, 2.0 * np.pi, size=(n, K))
+    points = np.stack([radius * np.cos(angle), radius * np.sin(angle)], axis=-1)
+    points += rng.normal(0.0, noise, size=points.shape)
+    spurious = rng.standard_normal((n, K, n_spurious))
+    has_artifact = np.zeros(n, dtype=bool)
+    has_artifact[rng.permutation(n)[:int(round(artifact_share * n))]] = True
+    spurious[np.flatnonzero(has_artifact), y[has_artifact], 0] += artifact_strength
+    X = np.concatenate([points, spurious], axis=-1).astype(np.float32)
+    return SyntheticChoices(X=X, y=y.astype(np.int64), has_artifact=has_artifact, separation=float(separation),
+                            noise=float(noise), n_spurious=n_spurious, artifact_share=float(artifact_share),
+                            artifact_strength=float(artifact_strength))

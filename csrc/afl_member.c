@@ -98,16 +98,17 @@ void afl_member_init(void)
 }
 
 void afl_member_index(int64_t n, int64_t B, const uint8_t *member, int64_t nrb,
-                      const int64_t *row_blocks, int64_t *mptr, int32_t *mrows)
+                      const int64_t *row_blocks, int64_t *mptr, int32_t *mrows, int G)
 {
     const int64_t L = nrb + 1;
+    if (G < 1) G = 1;
     /* counts per (model, row block), then offsets: model j's rows start after every row of
      * the models before it */
     for (int64_t j = 0; j < B * L; j++) mptr[j] = 0;
     for (int64_t rb = 0; rb < nrb; rb++)
-        for (int64_t i = row_blocks[rb]; i < row_blocks[rb + 1]; i++) {
-            const uint8_t *m = member + i * B;
-            for (int64_t j = 0; j < B; j++) mptr[j * L + rb + 1] += m[j] != 0;
+        for (int64_t i = row_blocks[rb]; i < row_blocks[rb + 1]; i += G) {
+            const uint8_t *m = member + (i / G) * B;
+            for (int64_t j = 0; j < B; j++) mptr[j * L + rb + 1] += m[j] ? G : 0;
         }
     int64_t base = 0;
     for (int64_t j = 0; j < B; j++) {
@@ -120,18 +121,20 @@ void afl_member_index(int64_t n, int64_t B, const uint8_t *member, int64_t nrb,
     int64_t *cur = (int64_t *)malloc((size_t)(B > 0 ? B : 1) * sizeof(int64_t));
     if (cur) {
         for (int64_t j = 0; j < B; j++) cur[j] = mptr[j * L];
-        for (int64_t i = 0; i < n; i++) {
-            const uint8_t *m = member + i * B;
+        for (int64_t i = 0; i < n; i += G) {
+            const uint8_t *m = member + (i / G) * B;
             for (int64_t j = 0; j < B; j++)
-                if (m[j]) mrows[cur[j]++] = (int32_t)i;
+                if (m[j])
+                    for (int k = 0; k < G; k++) mrows[cur[j]++] = (int32_t)(i + k);
         }
         free(cur);
     } else {
         /* no scratch for cursors: one pass per model */
         for (int64_t j = 0; j < B; j++) {
             int64_t c = mptr[j * L];
-            for (int64_t i = 0; i < n; i++)
-                if (member[i * B + j]) mrows[c++] = (int32_t)i;
+            for (int64_t i = 0; i < n; i += G)
+                if (member[(i / G) * B + j])
+                    for (int k = 0; k < G; k++) mrows[c++] = (int32_t)(i + k);
         }
     }
 }
@@ -164,7 +167,12 @@ int afl_member_eval(const afl_member_set *s, int64_t nA, const int64_t *active,
     }
     if (n_threads < 1) n_threads = 1;
     if (n_threads > s->nsb) n_threads = (int)s->nsb;
+    /* the loss step's scratch: per row of C classes, or per item of G candidates */
+    const int G = s->G > 1 ? s->G : 1;
     const int64_t qp = afl_member_pad(qmax);
+    const int64_t nwork = (C + 4) * qp > (G + 4) * afl_member_pad(qmax / G)
+        ? (C + 4) * qp : (G + 4) * afl_member_pad(qmax / G);
+    const int ncz = C > G ? C : G;
     int failed = 0;
 #ifdef _OPENMP
 #pragma omp parallel num_threads(n_threads)
@@ -174,10 +182,10 @@ int afl_member_eval(const afl_member_set *s, int64_t nA, const int64_t *active,
         double *part = (double *)malloc((size_t)(nA * stride) * sizeof(double));
         w.Z = (float *)malloc((size_t)(nA * qmax * C) * sizeof(float));
         w.R = (float *)malloc((size_t)((qsb > 0 ? qsb : 1) * C) * sizeof(float));
-        w.zb = (float *)malloc((size_t)C * sizeof(float));
+        w.zb = (float *)malloc((size_t)ncz * sizeof(float));
         w.yl = (int32_t *)malloc((size_t)qmax * sizeof(int32_t));
         w.off = (int64_t *)malloc((size_t)((nA + 1) * (rbmax > 0 ? rbmax : 1)) * sizeof(int64_t));
-        w.work = (double *)malloc((size_t)((C + 4) * qp) * sizeof(double));
+        w.work = (double *)malloc((size_t)nwork * sizeof(double));
         int ok = part && w.Z && w.R && w.zb && w.yl && w.off && w.work;
         if (!ok) {
 #ifdef _OPENMP
@@ -222,24 +230,27 @@ int afl_member_eval(const afl_member_set *s, int64_t nA, const int64_t *active,
 int afl_predict(int64_t n, int64_t D, const float *X, int64_t ldx, int64_t B, int C,
                 const float *W, const int64_t *col_blocks, int64_t ncb, const int32_t *y,
                 const uint8_t *heldout, int32_t *seen, int32_t *correct, double *prob_label,
-                double *proba_sum, int64_t tile, int n_threads)
+                double *proba_sum, int64_t tile, int n_threads, int G)
 {
+    if (G < 1) G = 1;
+    /* BC: scores per row; CI: classes per item (an item's G candidates with G > 1) */
     const int64_t BC = B * (int64_t)C, bp = afl_member_pad(B);
+    const int CI = C * G;
     if (n <= 0 || B <= 0) return 0;
     afl_member_init();
     if (n_threads < 1) n_threads = 1;
-    /* a tile of rows at a time: its logits stay in cache for the row pass */
-    if (tile <= 0) tile = (int64_t)(AFL_PREDICT_TILE_BYTES / sizeof(float)) / BC;
+    /* a tile of items at a time: its logits stay in cache for the row pass */
+    if (tile <= 0) tile = (int64_t)(AFL_PREDICT_TILE_BYTES / sizeof(float)) / (BC * G);
     if (tile < 1) tile = 1;
     if (tile > n) tile = n;
-    float *Z = (float *)malloc((size_t)(tile * BC) * sizeof(float));
-    double *work = (double *)malloc((size_t)(n_threads * (C + 2) * bp) * sizeof(double));
+    float *Z = (float *)malloc((size_t)(tile * G * BC) * sizeof(float));
+    double *work = (double *)malloc((size_t)(n_threads * (CI + 2) * bp) * sizeof(double));
     int32_t *am = (int32_t *)malloc((size_t)(n_threads * bp) * sizeof(int32_t));
     int rc = (Z && work && am) ? 0 : -1;
     for (int64_t r0 = 0; r0 < n && rc == 0; r0 += tile) {
         const int64_t r1 = r0 + tile < n ? r0 + tile : n;
-        rc = afl_sgemm(0, r1 - r0, BC, D, X + r0 * ldx, ldx, W, BC, Z, NULL, BC, 0, col_blocks,
-                       ncb, n_threads);
+        rc = afl_sgemm(0, (r1 - r0) * G, BC, D, X + r0 * G * ldx, ldx, W, BC, Z, NULL, BC, 0,
+                       col_blocks, ncb, n_threads);
         if (rc != 0) break;
         const int64_t nblk = (r1 - r0 + 63) / 64;
 #ifdef _OPENMP
@@ -248,8 +259,8 @@ int afl_predict(int64_t n, int64_t D, const float *X, int64_t ldx, int64_t B, in
         for (int64_t b = 0; b < nblk; b++) {
             const int64_t i0 = r0 + b * 64, i1 = i0 + 64 < r1 ? i0 + 64 : r1;
             const int t = omp_get_thread_num();
-            afl_rows.predict_rows(i0, i1, B, C, Z + (i0 - r0) * BC, BC, y, heldout, seen, correct,
-                                  prob_label, proba_sum, work + t * (C + 2) * bp, am + t * bp);
+            afl_rows.predict_rows(i0, i1, B, CI, Z + (i0 - r0) * G * BC, G * BC, y, heldout, seen,
+                                  correct, prob_label, proba_sum, work + t * (CI + 2) * bp, am + t * bp);
         }
     }
     free(Z);

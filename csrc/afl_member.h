@@ -36,6 +36,16 @@
  *     thread count, on which other models are evaluated, or on which other rows the block
  *     holds.  Results are reproducible per instruction set (AVX-512, AVX2, generic), as the
  *     GEMM's are.
+ *  E. Multiple choice (G > 1): an item's G candidates are G consecutive rows and the model
+ *     has one output (C == 1), the candidate's score.  The member lists hold whole items
+ *     (member is one row per item) and row blocks end on item boundaries, so a model's rows
+ *     of a row block are whole items: its q scores are q / G items of G "classes" in the
+ *     layout of C-class logits, and the loss step is the classification loss over items
+ *     (softmax over each item's candidates, the item's label the right candidate).  The
+ *     gradient pass is the same: R holds d loss / d score per candidate row.  So one kernel
+ *     serves both model shapes, with work per round proportional to the t x G candidate rows
+ *     of each model, and the same determinism.  Prediction: the GEMM scores every candidate
+ *     row, and the row pass reads an item's G x B scores as G classes of B models.
  */
 #ifndef AFL_MEMBER_H
 #define AFL_MEMBER_H
@@ -51,9 +61,10 @@ typedef struct {
     int64_t n, D;            /* rows of X; columns (features + the ones column) */
     int64_t ldx;             /* stride of X's rows (>= D); a multiple of 16 keeps rows aligned */
     int64_t Dp;              /* stride of W's and grad's class rows: D rounded up to AFL_MEMBER_ALIGN */
-    int C;                   /* classes */
+    int C;                   /* outputs per row: classes (1 with G > 1) */
+    int G;                   /* rows per item: 1, or G > 1 candidates of a multiple-choice item */
     const float *X;          /* n rows of ldx floats, the first D of each used */
-    const int32_t *y;        /* n label codes */
+    const int32_t *y;        /* n / G label codes (per item: the right candidate with G > 1) */
     int64_t B;               /* models of the call */
     int64_t nrb;             /* row blocks */
     const int64_t *row_blocks; /* nrb + 1 boundaries (rows) */
@@ -74,9 +85,10 @@ static inline int64_t afl_member_width(int64_t D)
     return (D + AFL_MEMBER_ALIGN - 1) / AFL_MEMBER_ALIGN * AFL_MEMBER_ALIGN;
 }
 
-/* Fill mptr (B x (nrb + 1)) and mrows (member.sum() entries) from the n x B 0/1 mask. */
+/* Fill mptr (B x (nrb + 1)) and mrows (G x member.sum() entries) from the (n / G) x B 0/1
+ * mask of items (rows when G == 1); row blocks end on item boundaries. */
 void afl_member_index(int64_t n, int64_t B, const uint8_t *member, int64_t nrb,
-                      const int64_t *row_blocks, int64_t *mptr, int32_t *mrows);
+                      const int64_t *row_blocks, int64_t *mptr, int32_t *mrows, int G);
 
 /* For the nA models active[0..nA) with class-major float32 weights W (nA x C x Dp, zero
  * beyond D in every class row):
@@ -95,7 +107,9 @@ void afl_member_init(void);
 #define AFL_PREDICT_TILE_BYTES (4u << 20)
 
 /* Held-out predictions of B models on n rows (stride ldx), W the D x (C * B) class-major
- * weights (column c * B + j: class c of model j): where heldout[i * B + j], seen[i] += 1,
+ * weights (column c * B + j: class c of model j).  With G > 1 (and C == 1) the n items are
+ * n x G candidate rows, scored by the GEMM, and an item's G scores are its G classes.
+ * Where heldout[i * B + j], seen[i] += 1,
  * correct[i] += (arg max == y[i]) (lowest class on ties; y[i] < 0: no label), prob_label[i] +=
  * p_{y[i]}, proba_sum[i * C + c] += p_c (when not NULL).  Logits: the deterministic GEMM with
  * K-blocks col_blocks, `tile` rows at a time (<= 0: AFL_PREDICT_TILE_BYTES of logits);
@@ -104,7 +118,7 @@ void afl_member_init(void);
 int afl_predict(int64_t n, int64_t D, const float *X, int64_t ldx, int64_t B, int C,
                 const float *W, const int64_t *col_blocks, int64_t ncb, const int32_t *y,
                 const uint8_t *heldout, int32_t *seen, int32_t *correct, double *prob_label,
-                double *proba_sum, int64_t tile, int n_threads);
+                double *proba_sum, int64_t tile, int n_threads, int G);
 
 #ifdef __cplusplus
 }

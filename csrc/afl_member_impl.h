@@ -305,11 +305,10 @@ static double AFL_F(ce_rows)(int64_t q, int C, const float *Z, const int32_t *yl
 }
 
 /* Any other loss: afl_row_loss once per row (libm, double). */
-static double AFL_F(generic_rows)(const afl_member_set *s, int64_t q, const float *Z,
+static double AFL_F(generic_rows)(const afl_member_set *s, int64_t q, int C, const float *Z,
                                   const int32_t *yl, double scale, float *R, float *zb,
                                   double *pbuf)
 {
-    const int C = s->C;
     double loss = 0.0;
     for (int64_t i = 0; i < q; i++) {
         for (int c = 0; c < C; c++) zb[c] = Z[i * C + c];
@@ -395,12 +394,16 @@ static void AFL_F(super_block)(const afl_member_set *s, int64_t sb, int64_t nA,
             const int64_t q = off[a + 1] - off[a];
             if (q <= 0) continue;
             const int32_t *rows = s->mrows + s->mptr[active[a] * L + rb];
-            for (int64_t i = 0; i < q; i++) w->yl[i] = s->y[rows[i]];
+            /* rows of C classes, or (G > 1) items of G candidates whose one score each sits
+             * where an item's G classes would: the same loss step over q / G items */
+            const int G = s->G > 1 ? s->G : 1, CI = C * G;
+            const int64_t qi = q / G;
+            for (int64_t i = 0; i < qi; i++) w->yl[i] = s->y[rows[i * G] / G];
             const float *Z = w->Z + (off[a] - off[0]) * C;
             float *R = w->R + off[a] * C;
             part[a * stride + P] += s->loss_code == AFL_LOSS_CE
-                ? AFL_F(ce_rows)(q, C, Z, w->yl, scale[a], R, w->work)
-                : AFL_F(generic_rows)(s, q, Z, w->yl, scale[a], R, w->zb, w->work);
+                ? AFL_F(ce_rows)(qi, CI, Z, w->yl, scale[a], R, w->work)
+                : AFL_F(generic_rows)(s, qi, CI, Z, w->yl, scale[a], R, w->zb, w->work);
         }
     }
     /* the last slice first: the last row block's is still in cache from the logits */

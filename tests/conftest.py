@@ -125,3 +125,45 @@ def output_files():
         return names
 
     return _list
+
+
+@pytest.fixture
+def record_phases(monkeypatch):
+    """Wrap ``engine.score_phase`` (for this test): returns the list that receives
+    ``(active, train_pos, seen)`` of every call."""
+    from aflite_fast import engine
+
+    real = engine.score_phase
+    calls = []
+
+    def score_phase(X, codes, active, center, train_pos, **kw):
+        res = real(X, codes, active, center, train_pos, **kw)
+        calls.append((active.copy(), train_pos.copy(), res.seen.copy()))
+        return res
+
+    monkeypatch.setattr(engine, "score_phase", score_phase)
+    return calls
+
+
+@pytest.fixture
+def interrupted_run(monkeypatch):
+    """``interrupted_run(X, y, path, phase, **run)``: ``aflite(X, y, checkpoint=path, **run)``
+    stopped by a KeyboardInterrupt as it starts ``phase`` (the checkpoint holds the phases before)."""
+    from aflite_fast import aflite, engine
+
+    def run_until(X, y, path, phase, **run):
+        real = engine.score_phase
+        calls = []
+
+        def interrupt(*args, **kw):
+            calls.append(1)
+            if len(calls) == phase + 1:
+                raise KeyboardInterrupt
+            return real(*args, **kw)
+
+        with monkeypatch.context() as m:
+            m.setattr(engine, "score_phase", interrupt)
+            with pytest.raises(KeyboardInterrupt):
+                aflite(X, y, checkpoint=path, **run)
+
+    return run_until

@@ -44,7 +44,7 @@ OUTPUTS = ("keep.npy", "scores.npy", "report.json")
 
 VALID_DTYPES = ["<f4", "<f4", ">f4", "<f2", ">f2", "<f8", ">f8", "<i2", ">i4", "u1", "?"]
 #: Embedding faults: each makes ``filter`` exit 2.
-EMB_FAULTS = ["empty", "garbage", "missing", "truncated", "npz_two", "<c8", "<U3", "O", "1d", "3d",
+EMB_FAULTS = ["empty", "garbage", "missing", "truncated", "npz_two", "<c8", "<U3", "O", "1d", "4d",
               "no_rows", "no_features", "nan", "inf", "beyond_float32"]
 #: Label faults, each exits 2: counts, classes, blank lines, header and column choices.
 LABEL_FAULTS = ["longer", "shorter", "one_class", "class_of_one", "inner_blank", "header_without_flag",
@@ -83,7 +83,7 @@ def embedding_files(draw, fault):
     fortran = draw(st.booleans())
     cut = draw(st.integers(1, 64))
     seed = draw(st.integers(0, 2**16))
-    shape = {"1d": (n,), "3d": (n, d, 2), "no_rows": (0, d), "no_features": (n, 0)}.get(fault, (n, d))
+    shape = {"1d": (n,), "4d": (n, d, 2, 1), "no_rows": (0, d), "no_features": (n, 0)}.get(fault, (n, d))
     if fault in ("<c8", "<U3", "O"):
         dtype = fault
     elif fault in ("nan", "inf") and np.dtype(dtype).kind != "f":
@@ -290,7 +290,7 @@ PARAMETER_FAULTS = {
 }
 NAME_PATTERN = {"loss_params": r"loss_params|zz|\bq\b", "max_memory": r"max_memory|memory size",
                 "C": r"\bC\b", "X": r"\bX\b", "y": r"\by\b|class"}
-X_FAULTS = ["nan", "inf", "beyond_float32", "1d", "3d", "no_rows", "no_features", "complex", "strings",
+X_FAULTS = ["nan", "inf", "beyond_float32", "1d", "4d", "no_rows", "no_features", "complex", "strings",
             "sparse", "ragged", "none"]
 Y_FAULTS = ["longer", "shorter", "one_class", "nan", "2d", "none"]
 
@@ -349,7 +349,7 @@ def _fault_X(kind, X):
         X = np.array(X, dtype=np.float64 if kind == "beyond_float32" else np.result_type(X.dtype, np.float16))
         X[n // 2, d - 1] = {"nan": np.nan, "inf": -np.inf, "beyond_float32": 1e39}[kind]
         return X
-    return {"1d": lambda: X[:, 0], "3d": lambda: X[:, :, None], "no_rows": lambda: X[:0],
+    return {"1d": lambda: X[:, 0], "4d": lambda: X[:, :, None, None], "no_rows": lambda: X[:0],
             "no_features": lambda: X[:, :0], "complex": lambda: X.astype(np.complex64),
             "strings": lambda: X.astype("<U8"), "sparse": lambda: scipy.sparse.csr_matrix(X.astype(np.float32)),
             "ragged": lambda: [list(r) for r in X[:-1]] + [[1.0] * (d + 1)], "none": lambda: None}[kind]()

@@ -117,8 +117,9 @@ def test_class_with_one_row(data):
         _run(X, y)
 
 
-@pytest.mark.parametrize("shape", [(N,), (N, 3, 2), ()])
+@pytest.mark.parametrize("shape", [(N,), (N, 3, 2, 1), ()])
 def test_X_not_2d(shape):
+    # (a 3-D X is multiple choice: tests/test_multiple_choice.py)
     X = np.ones(shape, dtype=np.float32)
     y = np.arange(N) % 2
     with pytest.raises(ValueError, match=r"X must be 2-D"):

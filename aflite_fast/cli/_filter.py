@@ -20,7 +20,8 @@ PARAMETER_FLAGS = {
     "slice_size": "--slice-size", "tau": "--tau", "C": "--C", "max_memory": "--max-memory",
     "random_state": "--seed", "n_jobs": "--n-jobs", "max_iter": "--max-iter", "T": "--transition",
     "groups": "--groups", "remove": "--remove", "checkpoint": "--checkpoint", "null": "--null",
-    "n_null": "--n-null", "stop": "--stop", "scheduler": "--scheduler",
+    "n_null": "--n-null", "stop": "--stop", "scheduler": "--scheduler", "eval_rows": "--eval-rows",
+    "eval_only_score": "--eval-only-score", "position_bias": "--position-bias",
 }
 
 _DESCRIPTION = """\
@@ -33,6 +34,9 @@ counts and solver status counts, timings); with --plot also DIR/report.png.
 The files are switched in together when the run ends: a reader sees all of the previous run's
 files or all of this run's, never a mix, even if the run is killed (they are links into
 DIR/.aflite/; see docs/outputs.md). A second run on the same DIR refuses while one is running.
+
+A 3-D EMB (N items x K candidates x d) is multiple choice: LABELS holds the right candidate of
+each item (0..K-1), each model scores candidates and an item is a row (docs/multiple_choice.md).
 
 Exit codes: 0 done; 2 bad input (one line on stderr, DIR unchanged); 130 Ctrl-C, 143 SIGTERM.
 """
@@ -140,6 +144,16 @@ def add_parser(subparsers):
                         "removing nothing more, when the rows at or above tau do not exceed the "
                         "null's mean + 3 sd (at least sqrt(mean)) x sqrt(1 + 1/N); both: whichever "
                         "comes first (docs/null.md)")
+    p.add_argument("--position-bias", action="store_true",
+                   help="multiple-choice EMB (N x K x d) only: each model also learns a bias per "
+                        "candidate position")
+    p.add_argument("--eval-rows", default=None, metavar="FILE",
+                   help="evaluation rows (e.g. a dev split): row indices (.npy/.npz, or text with one "
+                        "index per line) or a boolean mask (.npy/.npz); never trained on, predicted by "
+                        "every model of every phase; --train-size then counts the other rows")
+    p.add_argument("--eval-only-score", action="store_true",
+                   help="score the --eval-rows rows but never remove them (--target-size and "
+                        "--slice-size then count the other rows)")
     p.add_argument("--plot", action="store_true",
                    help="also draw DIR/report.png (see 'aflite-fast report'); needs matplotlib")
     p.add_argument("--quiet", action="store_true", help="no progress bar, notes or summary")
@@ -154,6 +168,30 @@ def _read_groups(args):
         return read_labels_file(args.groups, column=args.groups_column, header=args.groups_header, kind="groups")
     except ValueError as exc:
         raise ValueError(f"--groups: {exc}") from None
+
+
+def read_eval_rows(path, flag="--eval-rows"):
+    """Row indices or a boolean mask from FILE: a .npy/.npz array, or text with one integer per
+    line (blank lines ignored); ValueError naming the flag."""
+    import numpy as np
+
+    from ..io.arrayfile import open_array_file
+
+    try:
+        if str(path).endswith((".npy", ".npz")) or ".npz:" in str(path):
+            rows = np.array(open_array_file(path, "the evaluation rows"))
+        else:
+            with open(path, encoding="utf-8-sig") as f:
+                lines = [line.strip() for line in f if line.strip()]
+            try:
+                rows = np.array([int(line) for line in lines], dtype=np.int64)
+            except ValueError as exc:
+                raise ValueError(f"{path}: one integer row index per line expected ({exc})") from None
+    except OSError as exc:
+        raise ValueError(f"{flag}: cannot read {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise ValueError(f"{flag}: {exc}") from None
+    return rows
 
 
 def _loss_params(args, n_classes):
@@ -178,6 +216,7 @@ def _loss_params(args, n_classes):
 
 def run(args):
     from ..algorithm import aflite
+    from ..eval_rows import eval_mask
     from ..io.labelfile import read_labels_file
     from ..data import open_embeddings
     from ..io.atomic import OutputSet
@@ -188,8 +227,8 @@ def run(args):
     start = time.perf_counter()
     # checked again before the outputs are committed (the run checks EMB at every phase too)
     watch = InputWatch([("EMB", args.embeddings), ("LABELS", args.labels), ("--groups", args.groups),
-                        ("--transition", args.transition)])
-    X = open_embeddings(args.embeddings)
+                        ("--transition", args.transition), ("--eval-rows", args.eval_rows)])
+    X = open_embeddings(args.embeddings, items=True)
     y = read_labels_file(args.labels, column=args.labels_column, header=args.labels_header)
     n_rows = X.shape[0]
     if args.target_size >= n_rows:
@@ -202,6 +241,9 @@ def run(args):
             if given:
                 raise ValueError(f"{flag} needs --groups FILE")
     groups = None if args.groups is None else _read_groups(args)
+    if args.eval_only_score and args.eval_rows is None:
+        raise ValueError("--eval-only-score needs --eval-rows FILE")
+    eval_rows = None if args.eval_rows is None else read_eval_rows(args.eval_rows)
     if args.stop != "paper" and args.null is None:
         raise ValueError(f"--stop {args.stop} needs --null permutation")
     if args.plot:
@@ -210,12 +252,17 @@ def run(args):
         require_matplotlib()  # fail before the run, not after it
     import numpy as np
 
-    loss_params = _loss_params(args, len(np.unique(y)))
+    if args.position_bias and X.ndim != 3:
+        raise ValueError(f"--position-bias applies to a multiple-choice EMB (items x candidates x features); "
+                         f"{args.embeddings} is {X.ndim}-D")
+    loss_params = _loss_params(args, X.shape[1] if X.ndim == 3 else len(np.unique(y)))
     params = dict(target_size=args.target_size, n_partitions=args.n_partitions,
                   train_size=args.train_size, slice_size=args.slice_size, tau=args.tau, C=args.C,
                   loss=args.loss, max_memory=args.max_memory, random_state=args.seed,
                   n_jobs=cap_threads(args.n_jobs, prog, args.quiet), max_iter=args.max_iter,
                   remove=args.remove, null=args.null, n_null=args.n_null, stop=args.stop)
+    if X.ndim == 3:
+        params["position_bias"] = args.position_bias
     extra = {}
     if args.scheduler:
         from ..distributed import close_client, connect  # needs the optional dask
@@ -229,7 +276,8 @@ def run(args):
                 # counted in the history; the note below says it once, in the CLI's words
                 warnings.filterwarnings("ignore", message=NOT_CONVERGED_MESSAGE)
                 result = aflite(X, y, progress=not args.quiet, loss_params=loss_params, groups=groups,
-                                checkpoint=args.checkpoint, **params, **extra)
+                                checkpoint=args.checkpoint, eval_rows=eval_rows,
+                                eval_only_score=args.eval_only_score, **params, **extra)
             seconds = time.perf_counter() - start
             history = [h.as_dict() for h in result.history]
             solver_status = total_status(h["solver_status"] for h in history)
@@ -242,7 +290,8 @@ def run(args):
                 "labels": os.path.abspath(args.labels),
                 "labels_column": args.labels_column, "labels_header": args.labels_header,
                 "transition": None if args.transition is None else os.path.abspath(args.transition),
-                "n_rows": int(n_rows), "n_features": int(X.shape[1]), "dtype": str(X.dtype),
+                "n_rows": int(n_rows), "n_features": int(X.shape[-1]), "dtype": str(X.dtype),
+                "n_candidates": int(X.shape[1]) if X.ndim == 3 else None,
                 "n_classes": int(len(result.classes)),
                 "parameters": params,
                 "n_kept": int(result.keep.size), "n_removed": int(result.removed.size),
@@ -254,6 +303,9 @@ def run(args):
                 "groups_column": args.groups_column, "groups_header": args.groups_header,
                 "checkpoint": None if args.checkpoint is None else os.path.abspath(args.checkpoint),
                 "resumed_from_phase": result.resumed_from,
+                "eval_rows": None if eval_rows is None else {
+                    "path": os.path.abspath(args.eval_rows), "only_score": args.eval_only_score,
+                    "n_eval": int(np.count_nonzero(eval_mask(eval_rows, n_rows)))},
                 "classes": result.classes.tolist(),
                 "class_counts": {"kept": result.kept_per_class.tolist(),
                                  "removed": result.removed_per_class.tolist()},
