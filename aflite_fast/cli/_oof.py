@@ -102,7 +102,7 @@ def run(args):
     # checked again just before PROBS.npy replaces the previous file
     watch = InputWatch([("EMB", args.embeddings), ("LABELS", args.labels), ("--groups", args.groups),
                         ("--transition", args.transition)])
-    X = open_embeddings(args.embeddings)
+    X = open_embeddings(args.embeddings, args.column)
     y = read_labels_file(args.labels, column=args.labels_column, header=args.labels_header)
     groups = None if args.groups is None else _read_groups(args)
     import numpy as np

@@ -1,0 +1,302 @@
+"""Row sources: an N x d matrix stored in one or many files, read a run of rows at a time.
+
+a. The engine needs three things of X: its shape and dtype, a run of rows (the validation
+   scan, contiguous gathers) and a sorted set of rows (gathers of partitions).  A
+   :class:`RowSource` offers exactly these (``shape``, ``dtype``, :meth:`~RowSource.read_rows`,
+   :meth:`~RowSource.take`), always into a buffer the caller may reuse, so a reader never
+   holds more than the chunk it was asked for: the data layer's chunked float32 conversion and
+   memory budget apply to every format alike.
+b. Formats are composed from three kinds of source: :class:`FileRows` (rows stored
+   uncompressed at a byte offset of a file: a ``.npy`` shard, a tensor of a safetensors file,
+   a record batch of an Arrow file), read with positioned reads (:mod:`._pread`: a file
+   truncated during a run is an error naming it, never a bus error); :class:`ArrayRows`
+   (rows already in memory, e.g. a decoded Parquet batch or an Arrow column held by a
+   ``datasets.Dataset``); and :class:`ConcatRows`, sources one after another along the rows
+   (shards, record batches).  :class:`ChunkedRows` decodes rows a chunk at a time for
+   formats that cannot be read in place (Parquet).
+c. Messages name a row as the matrix's row and, for a source of several parts, its place in
+   the part (:meth:`RowSource.locate`): ``row 1204, row 180 of shard 'part_10.npy'``.
+d. ``X[a:b]`` and ``X[rows]`` read those rows (an ndarray), and ``np.asarray(X)`` reads them
+   all: the estimators, which hold X in memory anyway, take a source like an array.
+"""
+import os
+import re
+
+import numpy as np
+
+from ._pread import InputChangedError, SharedFile
+
+__all__ = ["RowSource", "FileRows", "ArrayRows", "ConcatRows", "ChunkedRows", "IndexedRows", "InputChangedError",
+           "natural_key", "runs"]
+
+
+def natural_key(name):
+    """Sort key putting ``part_2`` before ``part_10`` (digit runs compared as numbers)."""
+    return [(0, int(tok), "") if tok.isdigit() else (1, 0, tok) for tok in re.split(r"(\d+)", os.fspath(name))]
+
+
+def runs(rows):
+    """``(starts, stops)`` positions in sorted ``rows`` of its runs of consecutive rows."""
+    rows = np.asarray(rows, dtype=np.int64)
+    if rows.size == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    cut = np.flatnonzero(np.diff(rows) != 1) + 1
+    return np.concatenate(([0], cut)), np.concatenate((cut, [rows.size]))
+
+
+class RowSource:
+    """An (N, d) matrix whose rows are read on request.  Subclasses implement :meth:`_read`.
+
+    Attributes
+    ----------
+    shape : tuple (N, d)
+    dtype : numpy.dtype of the rows as stored
+    files : tuple of str, the files holding the rows (watched for changes, see
+        :mod:`aflite_fast.io.watch`)
+    name : str, how messages name the source
+    """
+
+    ndim = 2
+
+    def __init__(self, shape, dtype, files=(), name="X"):
+        self.shape = (int(shape[0]), int(shape[1]))
+        self.dtype = np.dtype(dtype)
+        self.files = tuple(files)
+        self.name = name
+
+    # ---------------------------------------------------------------- what subclasses give
+    def _read(self, start, stop, out):
+        """Write rows [start, stop) into ``out`` (C-contiguous, (stop - start, d), self.dtype)."""
+        raise NotImplementedError
+
+    def locate(self, row):
+        """Where row ``row`` is, for messages that say "row {where}": the row, and for a source of
+        several parts the part and the row in it (``1204, row 180 of shard 'part_10.npy'``)."""
+        return str(int(row))
+
+    # ---------------------------------------------------------------- reading
+    def _out(self, n, out):
+        if out is None:
+            return np.empty((n, self.shape[1]), dtype=self.dtype)
+        if out.shape != (n, self.shape[1]) or out.dtype != self.dtype or not out.flags.c_contiguous:
+            raise ValueError(f"out must be a C-contiguous {(n, self.shape[1])} {self.dtype} array, "
+                             f"got {out.shape} {out.dtype}")
+        return out
+
+    def read_rows(self, start, stop, out=None):
+        """Rows [start, stop) as an ndarray of the stored dtype (written into ``out`` if given)."""
+        start, stop = int(start), int(stop)
+        if not 0 <= start <= stop <= self.shape[0]:
+            raise IndexError(f"rows [{start}, {stop}) are outside the {self.shape[0]} rows of {self.name}")
+        out = self._out(stop - start, out)
+        if stop > start:
+            self._read(start, stop, out)
+        return out
+
+    def take(self, rows, out=None):
+        """Rows ``rows`` (sorted, int) as an ndarray, one read per run of consecutive rows."""
+        rows = np.asarray(rows, dtype=np.int64)
+        out = self._out(rows.size, out)
+        if rows.size and (rows[0] < 0 or rows[-1] >= self.shape[0]):
+            raise IndexError(f"rows outside the {self.shape[0]} rows of {self.name}")
+        for i, j in zip(*runs(rows)):
+            self._read(int(rows[i]), int(rows[j - 1]) + 1, out[i:j])
+        return out
+
+    def close(self):
+        """Release open files (they are reopened when read again)."""
+
+    # ---------------------------------------------------------------- array-like
+    def __len__(self):
+        return self.shape[0]
+
+    @property
+    def size(self):
+        return self.shape[0] * self.shape[1]
+
+    @property
+    def nbytes(self):
+        return self.size * self.dtype.itemsize
+
+    def __getitem__(self, key):
+        if isinstance(key, tuple):  # X[rows, :]
+            if len(key) == 2 and key[1] == slice(None):
+                return self[key[0]]
+            raise IndexError(f"{type(self).__name__} selects rows only")
+        if isinstance(key, slice):
+            start, stop, step = key.indices(self.shape[0])
+            if step != 1:
+                return self[np.arange(start, stop, step)]
+            return self.read_rows(start, max(start, stop))
+        if isinstance(key, (int, np.integer)):
+            row = int(key) + (self.shape[0] if key < 0 else 0)
+            return self.read_rows(row, row + 1)[0]
+        rows = np.asarray(key)
+        if rows.dtype == bool:
+            rows = np.flatnonzero(rows)
+        rows = rows.astype(np.int64, copy=False)
+        rows = np.where(rows < 0, rows + self.shape[0], rows)
+        order = np.argsort(rows, kind="stable")
+        sorted_rows = rows[order]
+        if np.all(order == np.arange(order.size)):
+            return self.take(sorted_rows)
+        got = self.take(sorted_rows)
+        out = np.empty_like(got)
+        out[order] = got
+        return out
+
+    def __array__(self, dtype=None, copy=None):
+        rows = self.read_rows(0, self.shape[0])
+        return rows if dtype is None else rows.astype(dtype, copy=False)
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self.name}, shape={self.shape}, dtype={self.dtype})"
+
+
+class FileRows(RowSource):
+    """Rows stored C-ordered and uncompressed at byte ``offset`` of a file, read with positioned
+    reads (:class:`aflite_fast.io._pread.SharedFile`)."""
+
+    def __init__(self, file, offset, shape, dtype, name=None):
+        if not isinstance(file, SharedFile):
+            file = SharedFile(file)
+        super().__init__(shape, dtype, (file.path,), name or repr(file.path))
+        self.file = file
+        self.offset = int(offset)
+        self.row_bytes = self.shape[1] * self.dtype.itemsize
+
+    def _read(self, start, stop, out):
+        self.file.read_into(out, self.offset + start * self.row_bytes)
+
+    def close(self):
+        self.file.close()
+
+
+class ArrayRows(RowSource):
+    """Rows held by an array (in memory, or mapped by another library)."""
+
+    def __init__(self, array, name="X", files=()):
+        array = np.asarray(array)
+        super().__init__(array.shape, array.dtype, files, name)
+        self.array = array
+
+    def _read(self, start, stop, out):
+        out[...] = self.array[start:stop]
+
+
+class ConcatRows(RowSource):
+    """Sources of the same width and dtype one after another along the rows.
+
+    Parameters
+    ----------
+    parts : list of RowSource
+    part_names : list of str, optional
+        How messages name each part (``"shard 'part_10.npy'"``).
+    """
+
+    def __init__(self, parts, part_names=None, name="X"):
+        parts = list(parts)
+        if not parts:
+            raise ValueError(f"{name} holds no rows")
+        widths = {p.shape[1] for p in parts}
+        dtypes = {p.dtype for p in parts}
+        if len(widths) != 1 or len(dtypes) != 1:
+            raise ValueError(f"the parts of {name} differ in width or dtype")
+        files = []
+        for p in parts:
+            files.extend(f for f in p.files if f not in files)
+        super().__init__((sum(p.shape[0] for p in parts), parts[0].shape[1]), parts[0].dtype, files, name)
+        self.parts = parts
+        self.part_names = list(part_names) if part_names is not None else [p.name for p in parts]
+        self.offsets = np.concatenate(([0], np.cumsum([p.shape[0] for p in parts]))).astype(np.int64)
+
+    def _read(self, start, stop, out):
+        i = int(np.searchsorted(self.offsets, start, side="right")) - 1
+        pos = start
+        while pos < stop:
+            part_start, part_stop = int(self.offsets[i]), int(self.offsets[i + 1])
+            end = min(stop, part_stop)
+            if end > pos:
+                self.parts[i]._read(pos - part_start, end - part_start, out[pos - start:end - start])
+            pos = end
+            i += 1
+
+    def locate(self, row):
+        i = int(np.searchsorted(self.offsets, row, side="right")) - 1
+        return f"{int(row)}, row {int(row - self.offsets[i])} of {self.part_names[i]}"
+
+    def close(self):
+        for p in self.parts:
+            p.close()
+
+
+class ChunkedRows(RowSource):
+    """Rows decoded a chunk at a time by ``decode(i) -> ndarray`` for chunks of known sizes
+    (Parquet batches): the last decoded chunk is kept, so reading rows front to back decodes
+    each chunk once per pass, and no more than one chunk is held.
+
+    Parameters
+    ----------
+    chunk_rows : sequence of int, the number of rows of every chunk
+    decode : callable(i) -> (chunk_rows[i], d) ndarray of ``dtype``
+    chunk_names : list of str, how messages name the chunks
+    """
+
+    def __init__(self, chunk_rows, d, dtype, decode, files=(), name="X", chunk_names=None):
+        self.offsets = np.concatenate(([0], np.cumsum(chunk_rows))).astype(np.int64)
+        super().__init__((int(self.offsets[-1]), d), dtype, files, name)
+        self.decode = decode
+        self.chunk_names = chunk_names
+        self._held = (None, None)
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_held"] = (None, None)
+        return state
+
+    def _chunk(self, i):
+        if self._held[0] != i:
+            self._held = (None, None)  # let the previous chunk go first
+            self._held = (i, self.decode(i))
+        return self._held[1]
+
+    def _read(self, start, stop, out):
+        i = int(np.searchsorted(self.offsets, start, side="right")) - 1
+        pos = start
+        while pos < stop:
+            c0, c1 = int(self.offsets[i]), int(self.offsets[i + 1])
+            end = min(stop, c1)
+            if end > pos:
+                out[pos - start:end - start] = self._chunk(i)[pos - c0:end - c0]
+            pos = end
+            i += 1
+
+    def locate(self, row):
+        if not self.chunk_names:
+            return str(int(row))
+        i = int(np.searchsorted(self.offsets, row, side="right")) - 1
+        return f"{int(row)}, row {int(row - self.offsets[i])} of {self.chunk_names[i]}"
+
+    def close(self):
+        self._held = (None, None)
+
+
+class IndexedRows(RowSource):
+    """Rows ``base[indices[i]]``: a view through an index mapping (a ``datasets.Dataset`` after
+    ``select``, ``shuffle`` or ``filter``), read without materialising the selection."""
+
+    def __init__(self, base, indices, name="X"):
+        indices = np.asarray(indices, dtype=np.int64)
+        super().__init__((indices.size, base.shape[1]), base.dtype, base.files, name)
+        if indices.size and (indices.min() < 0 or indices.max() >= base.shape[0]):
+            raise ValueError(f"the index mapping of {name} points outside its {base.shape[0]} rows")
+        self.base = base
+        self.indices = indices
+
+    def _read(self, start, stop, out):
+        wanted = self.indices[start:stop]
+        order = np.argsort(wanted, kind="stable")
+        out[order] = self.base.take(wanted[order])
+
+    def locate(self, row):
+        return f"{int(row)}, row {int(self.indices[row])} of the underlying table"
