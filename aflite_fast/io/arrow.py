@@ -152,11 +152,11 @@ def _file_rows(path, column, what):
     pa = _pa()
     schema = _schema(path)
     where = repr(path)
-    if column not in schema.names:
-        raise ValueError(f"no column {column!r} in {where}; its columns are {', '.join(schema.names)}")
+    pick_column(schema, column, path)
     d_declared, _ = column_width(schema.field(column), where)
     parts, names, in_place = [], [], True
     row, d = 0, d_declared
+    shared = SharedFile(path, what)  # one descriptor for all the batches of the file
     with pa.memory_map(path) as mm:
         size = mm.size()
         base = mm.read_buffer(size).address
@@ -170,7 +170,7 @@ def _file_rows(path, column, what):
             if offset is None:
                 in_place = False
                 break
-            parts.append(FileRows(SharedFile(path, what), offset, (batch.num_rows, d), dtype,
+            parts.append(FileRows(shared, offset, (batch.num_rows, d), dtype,
                                   name=f"batch {i} of {where}"))
             names.append(f"{os.path.basename(path)!r}")
             row += batch.num_rows
@@ -222,7 +222,7 @@ def open_arrow(path, column, what="embeddings"):
     path = os.fspath(path)
     files = arrow_files(path)
     if column is None:
-        column = _only_list_column(files[0], path)
+        column = pick_column(_schema(files[0]), None, path)
     parts, names = [], []
     for f in files:
         try:
@@ -239,16 +239,20 @@ def open_arrow(path, column, what="embeddings"):
     return ConcatRows(parts, names, name=repr(path))
 
 
-def _only_list_column(path, shown):
-    """The one list-of-numbers column of the file, or ValueError asking for ``column``."""
+def pick_column(schema, column, shown):
+    """``column``, checked to be in ``schema``; without one, the table's only list column (or
+    ValueError asking for ``column``)."""
     pa = _pa()
-    schema = _schema(path)
-    lists = [f.name for f in schema if pa.types.is_list(f.type) or pa.types.is_fixed_size_list(f.type)
-             or pa.types.is_large_list(f.type)]
-    if len(lists) == 1:
-        return lists[0]
-    raise ValueError(f"{shown!r} is a table with columns {', '.join(schema.names)}; choose the embedding "
-                     "column (--column NAME, or column=NAME)")
+    if column is None:
+        lists = [f.name for f in schema if pa.types.is_list(f.type) or pa.types.is_fixed_size_list(f.type)
+                 or pa.types.is_large_list(f.type)]
+        if len(lists) == 1:
+            return lists[0]
+        raise ValueError(f"{shown!r} is a table with columns {', '.join(schema.names)}; choose the embedding "
+                         "column (--column NAME, or column=NAME)")
+    if column not in schema.names:
+        raise ValueError(f"no column {column!r} in {shown!r}; its columns are {', '.join(schema.names)}")
+    return column
 
 
 def read_arrow_column(path, column, what="labels"):

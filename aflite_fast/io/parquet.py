@@ -15,7 +15,7 @@ import os
 
 import numpy as np
 
-from .arrow import column_to_numpy, column_width, list_values
+from .arrow import column_to_numpy, column_width, list_values, pick_column
 from .rowsource import ChunkedRows, natural_key
 from ._pread import InputChangedError
 
@@ -52,21 +52,6 @@ def _open(path, what):
         raise ValueError(f"cannot read {what} from {path!r}: {exc}") from None
 
 
-def _pick_column(schema, column, shown):
-    import pyarrow as pa
-
-    if column is None:
-        lists = [f.name for f in schema if pa.types.is_list(f.type) or pa.types.is_fixed_size_list(f.type)
-                 or pa.types.is_large_list(f.type)]
-        if len(lists) == 1:
-            return lists[0]
-        raise ValueError(f"{shown!r} is a table with columns {', '.join(schema.names)}; choose the embedding "
-                         "column (--column NAME, or column=NAME)")
-    if column not in schema.names:
-        raise ValueError(f"no column {column!r} in {shown!r}; its columns are {', '.join(schema.names)}")
-    return column
-
-
 def open_parquet(path, column, what="embeddings"):
     """Column ``column`` of a Parquet file or directory as a row source, decoded a batch at a time.
 
@@ -82,7 +67,7 @@ def open_parquet(path, column, what="embeddings"):
     for f in files:
         pf = _open(f, what)
         schema = pf.schema_arrow
-        column = _pick_column(schema, column, f)
+        column = pick_column(schema, column, f)
         width, vtype = column_width(schema.field(column), repr(f))
         if d is None:
             # the width of a plain list column is read from its first row

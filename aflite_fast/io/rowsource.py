@@ -35,6 +35,25 @@ def natural_key(name):
     return [(0, int(tok), "") if tok.isdigit() else (1, 0, tok) for tok in re.split(r"(\d+)", os.fspath(name))]
 
 
+def pieces(offsets, start, stop):
+    """``(i, a, b)`` for every part ``i`` that rows [start, stop) touch, the rows [a, b) of it;
+    part ``i`` holds rows [offsets[i], offsets[i + 1])."""
+    i = int(np.searchsorted(offsets, start, side="right")) - 1
+    pos = start
+    while pos < stop:
+        end = min(stop, int(offsets[i + 1]))
+        if end > pos:
+            yield i, pos, end
+        pos = end
+        i += 1
+
+
+def _locate(offsets, names, row):
+    """``"1204, row 180 of shard 'part_10.npy'"``: the row, and its place in the part holding it."""
+    i = int(np.searchsorted(offsets, row, side="right")) - 1
+    return f"{int(row)}, row {int(row - offsets[i])} of {names[i]}"
+
+
 def runs(rows):
     """``(starts, stops)`` positions in sorted ``rows`` of its runs of consecutive rows."""
     rows = np.asarray(rows, dtype=np.int64)
@@ -211,19 +230,12 @@ class ConcatRows(RowSource):
         self.offsets = np.concatenate(([0], np.cumsum([p.shape[0] for p in parts]))).astype(np.int64)
 
     def _read(self, start, stop, out):
-        i = int(np.searchsorted(self.offsets, start, side="right")) - 1
-        pos = start
-        while pos < stop:
-            part_start, part_stop = int(self.offsets[i]), int(self.offsets[i + 1])
-            end = min(stop, part_stop)
-            if end > pos:
-                self.parts[i]._read(pos - part_start, end - part_start, out[pos - start:end - start])
-            pos = end
-            i += 1
+        for i, a, b in pieces(self.offsets, start, stop):
+            first = int(self.offsets[i])
+            self.parts[i]._read(a - first, b - first, out[a - start:b - start])
 
     def locate(self, row):
-        i = int(np.searchsorted(self.offsets, row, side="right")) - 1
-        return f"{int(row)}, row {int(row - self.offsets[i])} of {self.part_names[i]}"
+        return _locate(self.offsets, self.part_names, row)
 
     def close(self):
         for p in self.parts:
@@ -261,21 +273,12 @@ class ChunkedRows(RowSource):
         return self._held[1]
 
     def _read(self, start, stop, out):
-        i = int(np.searchsorted(self.offsets, start, side="right")) - 1
-        pos = start
-        while pos < stop:
-            c0, c1 = int(self.offsets[i]), int(self.offsets[i + 1])
-            end = min(stop, c1)
-            if end > pos:
-                out[pos - start:end - start] = self._chunk(i)[pos - c0:end - c0]
-            pos = end
-            i += 1
+        for i, a, b in pieces(self.offsets, start, stop):
+            first = int(self.offsets[i])
+            out[a - start:b - start] = self._chunk(i)[a - first:b - first]
 
     def locate(self, row):
-        if not self.chunk_names:
-            return str(int(row))
-        i = int(np.searchsorted(self.offsets, row, side="right")) - 1
-        return f"{int(row)}, row {int(row - self.offsets[i])} of {self.chunk_names[i]}"
+        return _locate(self.offsets, self.chunk_names, row) if self.chunk_names else str(int(row))
 
     def close(self):
         self._held = (None, None)
