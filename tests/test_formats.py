@@ -307,40 +307,49 @@ def test_varying_lengths_in_a_dataset_are_refused_naming_the_row(problem, tmp_pa
 
 _CHILD = textwrap.dedent("""
     import sys
+    from aflite_fast import engine
     from aflite_fast.cli import main
-    from aflite_fast.io import _pread
 
-    read_into = _pread.SharedFile.read_into
+    gather_rows = engine.gather_rows
     calls = [0]
 
-    def pause_then_read(self, buffer, offset):
+    def pause_then_gather(*args, **kwargs):
         calls[0] += 1
-        if calls[0] == int(sys.argv[1]):  # mid-run: let the parent truncate the file, then go on
+        if calls[0] == 1:  # phase 0, after the validation scan: let the parent truncate the file
             print("ready", flush=True)
             sys.stdin.readline()
-        return read_into(self, buffer, offset)
+        return gather_rows(*args, **kwargs)
 
-    _pread.SharedFile.read_into = pause_then_read
-    sys.exit(main(sys.argv[2:]))
+    engine.gather_rows = pause_then_gather
+    sys.exit(main(sys.argv[1:]))
 """)
 
 
-@pytest.mark.parametrize("layout", ["npy", "shards"])
+@pytest.mark.parametrize("layout", ["npy", "shards", "arrow", "parquet"])
 def test_truncated_during_a_run_exits_2_not_bus_error(problem, tmp_path, layout):
     X, y = problem
     np.save(tmp_path / "y.npy", y)
+    extra = []
     if layout == "npy":
         emb = victim = tmp_path / "emb.npy"
         np.save(emb, X)
-    else:
+    elif layout == "shards":
         emb = tmp_path / "shards"
         victim = write_shards(emb, X, [200, 450])[-1]
+    else:
+        emb = victim = tmp_path / f"emb.{layout}"
+        table = pa.table({"emb": arrow_list(X, True)})
+        if layout == "arrow":
+            with pa.ipc.new_stream(emb, table.schema) as writer:
+                writer.write_table(table, max_chunksize=100)
+        else:
+            pq.write_table(table, emb, row_group_size=100)
+        extra = ["--column", "emb"]
     out = tmp_path / "out"
-    argv = ["filter", str(emb), str(tmp_path / "y.npy"), "--out", str(out), *CLI]
+    argv = ["filter", str(emb), str(tmp_path / "y.npy"), "--out", str(out), *CLI, *extra]
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    # the 3rd read is past the validation scan (one read per file): a gather of phase 0
-    child = subprocess.Popen([sys.executable, "-c", _CHILD, "3", *argv], stdin=subprocess.PIPE,
+    child = subprocess.Popen([sys.executable, "-c", _CHILD, *argv], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
     assert child.stdout.readline().strip() == "ready"
     with open(victim, "r+b") as fh:  # another process shrinks the file under the run

@@ -65,6 +65,24 @@ def arrow_files(path):
     return [os.path.join(path, f) for f in files]
 
 
+def _mapped(path):
+    """The file mapped read-only with read-ahead off (``MADV_RANDOM``), as a pyarrow buffer.
+
+    Walking the record batches touches only their metadata, which lies between the batches'
+    data: with the kernel's read-ahead (often megabytes) each touch would fetch the data around
+    it too, and opening a dataset would read all of it.  Only the pages touched are read.
+    """
+    import mmap
+
+    if os.path.getsize(path) == 0:
+        raise ValueError(f"{path!r} is empty (0 bytes)")
+    with open(path, "rb") as fh:
+        mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    if hasattr(mm, "madvise") and hasattr(mmap, "MADV_RANDOM"):
+        mm.madvise(mmap.MADV_RANDOM)
+    return _pa().py_buffer(mm)
+
+
 def _open_ipc(source):
     """A reader of the record batches of an Arrow IPC stream or file."""
     pa = _pa()
@@ -72,7 +90,8 @@ def _open_ipc(source):
         reader = pa.ipc.open_stream(source)
         return iter(reader)
     except pa.ArrowInvalid:
-        source.seek(0)
+        if hasattr(source, "seek"):
+            source.seek(0)
         reader = pa.ipc.open_file(source)
         return (reader.get_batch(i) for i in range(reader.num_record_batches))
 
@@ -157,23 +176,19 @@ def _file_rows(path, column, what):
     parts, names, in_place = [], [], True
     row, d = 0, d_declared
     shared = SharedFile(path, what)  # one descriptor for all the batches of the file
-    with pa.memory_map(path) as mm:
-        size = mm.size()
-        base = mm.read_buffer(size).address
-        mm.seek(0)
-        for i, batch in enumerate(_open_ipc(mm)):
-            if batch.num_rows == 0:
-                continue
-            values, d = list_values(batch.column(column), column, where, row, d)
-            dtype = np.dtype(values.type.to_pandas_dtype())
-            offset = _in_place_offset(values, base, size)
-            if offset is None:
-                in_place = False
-                break
-            parts.append(FileRows(shared, offset, (batch.num_rows, d), dtype,
-                                  name=f"batch {i} of {where}"))
-            names.append(f"{os.path.basename(path)!r}")
-            row += batch.num_rows
+    mapped = _mapped(path)
+    for i, batch in enumerate(_open_ipc(mapped)):
+        if batch.num_rows == 0:
+            continue
+        values, d = list_values(batch.column(column), column, where, row, d)
+        dtype = np.dtype(values.type.to_pandas_dtype())
+        offset = _in_place_offset(values, mapped.address, mapped.size)
+        if offset is None:
+            in_place = False
+            break
+        parts.append(FileRows(shared, offset, (batch.num_rows, d), dtype, name=f"batch {i} of {where}"))
+        names.append(f"{os.path.basename(path)!r}")
+        row += batch.num_rows
     if in_place:
         if not parts:
             raise ValueError(f"{where} has no rows")
@@ -262,13 +277,11 @@ def read_arrow_column(path, column, what="labels"):
     pieces = []
     for f in arrow_files(path):
         try:
-            with pa.memory_map(f) as mm:
-                schema = _schema(f)
-                if column not in schema.names:
-                    raise ValueError(f"no column {column!r} in {f!r}; its columns are {', '.join(schema.names)}")
-                for batch in _open_ipc(mm):
-                    pieces.append(batch.column(column))
-                pieces = [pa.concat_arrays(pieces)] if pieces else []
+            schema = _schema(f)
+            if column not in schema.names:
+                raise ValueError(f"no column {column!r} in {f!r}; its columns are {', '.join(schema.names)}")
+            # the arrays keep the map alive until they are converted below
+            pieces.extend(batch.column(column) for batch in _open_ipc(_mapped(f)))
         except (OSError, pa.ArrowException) as exc:
             raise ValueError(f"cannot read {what} from {f!r}: {exc}") from None
     return column_to_numpy(pa.chunked_array(pieces) if pieces else None, column, repr(os.fspath(path)), what)
