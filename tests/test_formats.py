@@ -5,12 +5,14 @@ a. Every format gives the run of the same rows as one ``.npy`` file, bitwise (ke
    order, a glob, a list of paths, an empty shard); a dataset saved with ``save_to_disk`` and
    its ``.arrow`` file with float16 and float32 columns (fixed-size and plain lists), labels
    from a column of the same table; a Parquet file and directory (several row groups, batches
-   cut inside them); ``FILE.safetensors[:KEY]``.  ``oof`` and ``label-issues`` read them too.
+   cut inside them); ``FILE.safetensors[:KEY]``.  ``oof`` and ``label-issues`` read them too;
+   ``--groups`` may be a column of the table.
 b. Bad inputs are refused with exit code 2 and one line naming the shard or column: mixed
    widths and dtypes, a truncated shard, a missing column, lists of varying length, nulls;
    NaN is reported with its row and shard.
 c. A file truncated while a run reads it (by another process) ends the run with exit code 2
-   and one line naming the file, never a bus error; nothing is committed.
+   and one line naming the file, never a bus error; nothing is committed (.npy, shards, Arrow,
+   Parquet).  A shard rewritten in place between phases is found, naming the shard.
 d. ``filter_dataset`` on a ``datasets.Dataset`` equals ``aflite`` on the array and reads the
    embedding column where Arrow holds it (no copy), also through an index mapping.
 e. A missing optional dependency is an ImportError naming the ``[formats]`` extra (exit 2).
@@ -447,3 +449,40 @@ def test_sharded_reads_are_chunked(tmp_path, monkeypatch):
     assert scan_peak < (256 << 10) + (512 << 10) < X.nbytes // 8
     assert gather_peak < chunk + (512 << 10)
     np.testing.assert_array_equal(out[:, :d], X[picked].astype(np.float32))
+
+
+def test_groups_from_a_table_column(problem, tmp_path, capsys):
+    X, y = problem
+    groups = np.arange(N) // 4
+    path = tmp_path / "x.parquet"
+    pq.write_table(pa.table({"emb": arrow_list(X, True), "label": y, "g": groups}), path, row_group_size=300)
+    ref = aflite(X, y, groups=groups, remove="group", **KW)
+    keep = cli_keep(tmp_path, capsys, path, path, "--column", "emb", "--labels-column", "label",
+                    "--groups", str(path), "--groups-column", "g", "--remove", "group")
+    np.testing.assert_array_equal(keep, ref.keep)
+    refused(tmp_path, capsys, path, path, "--groups: --groups-column 'h': no column 'h'", "--column", "emb",
+            "--labels-column", "label", "--groups", str(path), "--groups-column", "h")
+
+
+def test_a_shard_rewritten_during_a_run_is_found(problem, tmp_path, monkeypatch):
+    import time
+
+    from aflite_fast import engine
+
+    X, y = problem
+    paths = write_shards(tmp_path / "s", X, [300])
+    real = engine.score_phase
+    calls = []
+
+    def score_phase(*args, **kw):  # before phase 1: the second shard is rewritten in place
+        calls.append(1)
+        if len(calls) == 2:
+            time.sleep(0.02)  # past the file system's clock tick
+            with open(paths[1], "r+b") as fh:
+                fh.seek(-4, os.SEEK_END)
+                fh.write(b"\0\0\0\0")
+        return real(*args, **kw)
+
+    monkeypatch.setattr(engine, "score_phase", score_phase)
+    with pytest.raises(ValueError, match=f"X file '{paths[1]}' changed while this run was using it"):
+        aflite(str(tmp_path / "s"), y, **KW)

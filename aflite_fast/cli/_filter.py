@@ -27,10 +27,11 @@ _DESCRIPTION = """\
 Run AFLite on EMB (N x d, read a chunk at a time, never loaded whole: a .npy file, a .npz
 archive holding one array, or FILE.npz:KEY, a directory or glob of .npy shards,
 FILE.safetensors[:KEY], a Hugging Face dataset saved with save_to_disk or an .arrow file, a
-Parquet file or directory with --column; float16/32/64 or integer, either byte order) with LABELS and write DIR/keep.npy
-(sorted kept row indices), DIR/scores.npy (last predictability score per row, NaN where never
-scored) and DIR/report.json (parameters, per-phase history with score histograms, per-class
-counts and solver status counts, timings); with --plot also DIR/report.png.
+Parquet file or directory with --column; float16/32/64 or integer, either byte order) with
+LABELS and write DIR/keep.npy (sorted kept row indices), DIR/scores.npy (last predictability
+score per row, NaN where never scored) and DIR/report.json (parameters, per-phase history with
+score histograms, per-class counts and solver status counts, timings); with --plot also
+DIR/report.png.
 
 The files are switched in together when the run ends: a reader sees all of the previous run's
 files or all of this run's, never a mix, even if the run is killed (they are links into
