@@ -486,3 +486,20 @@ def test_a_shard_rewritten_during_a_run_is_found(problem, tmp_path, monkeypatch)
     monkeypatch.setattr(engine, "score_phase", score_phase)
     with pytest.raises(ValueError, match=f"X file '{paths[1]}' changed while this run was using it"):
         aflite(str(tmp_path / "s"), y, **KW)
+
+
+@pytest.mark.parametrize("merge_bytes", [0, 16 << 10, 1 << 30])
+def test_take_gives_the_rows_whatever_the_merging(tmp_path, monkeypatch, merge_bytes):
+    from aflite_fast.io import rowsource
+
+    monkeypatch.setattr(rowsource, "MERGE_BYTES", merge_bytes)
+    X = np.arange(5000 * 6, dtype=np.float32).reshape(5000, 6)
+    write_shards(tmp_path / "s", X, [1000, 1001, 3000])
+    source = data.open_embeddings(tmp_path / "s")
+    rng = np.random.default_rng(4)
+    for size in (1, 7, 300, 2500, 5000):
+        rows = np.sort(rng.choice(5000, size, replace=False))
+        np.testing.assert_array_equal(source.take(rows), X[rows])
+        out = np.empty((size, 7), np.float32)
+        data.gather_rows(source, rows, np.zeros(6, np.float32), out, chunk_bytes=1024)
+        np.testing.assert_array_equal(out[:, :6], X[rows])
