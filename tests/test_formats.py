@@ -503,3 +503,17 @@ def test_take_gives_the_rows_whatever_the_merging(tmp_path, monkeypatch, merge_b
         out = np.empty((size, 7), np.float32)
         data.gather_rows(source, rows, np.zeros(6, np.float32), out, chunk_bytes=1024)
         np.testing.assert_array_equal(out[:, :6], X[rows])
+
+
+def test_compressed_arrow_is_decoded_a_batch_at_a_time(problem, tmp_path):
+    X, y = problem
+    table = pa.table({"emb": arrow_list(X, False), "label": y})
+    options = pa.ipc.IpcWriteOptions(compression="zstd")
+    with pa.ipc.new_stream(tmp_path / "z.arrow", table.schema, options=options) as writer:
+        writer.write_table(table, max_chunksize=128)
+    X_read = data.open_embeddings(tmp_path / "z.arrow", column="emb")
+    assert isinstance(X_read, ChunkedRows)  # compressed: not readable in place
+    np.testing.assert_array_equal(X_read.read_rows(N - 5, N), X[N - 5:])
+    np.testing.assert_array_equal(X_read.read_rows(0, 5), X[:5])  # back to the first batch
+    np.testing.assert_array_equal(np.asarray(X_read), X)
+    same_run(aflite(X_read, y, **KW), aflite(X, y, **KW))

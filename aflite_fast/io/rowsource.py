@@ -30,8 +30,11 @@ __all__ = ["RowSource", "FileRows", "ArrayRows", "ConcatRows", "ChunkedRows", "I
            "natural_key", "MERGE_BYTES"]
 
 
-#: Rows of a sorted selection closer than this many bytes are fetched by one read of the span
-#: between them (a read costs a few microseconds, as much as copying some kilobytes).
+#: Rows of a sorted selection closer than this many bytes are copied by one read of the span
+#: between them, from sources that hold their rows in memory (a decoded batch, an array): one
+#: copy of a few kilobytes more costs less than a Python step per row.  Files are read one run
+#: of consecutive rows at a time instead (:attr:`FileRows.merge_bytes` is 0): spans read from a
+#: cold file were measured 4 times slower than reads of the rows alone (benchmarks/RESULTS.md).
 MERGE_BYTES = 16 << 10
 
 
@@ -72,6 +75,8 @@ class RowSource:
     """
 
     ndim = 2
+    #: See :meth:`take`; None: :data:`MERGE_BYTES`.
+    merge_bytes = None
 
     def __init__(self, shape, dtype, files=(), name="X"):
         self.shape = (int(shape[0]), int(shape[1]))
@@ -111,10 +116,10 @@ class RowSource:
     def take(self, rows, out=None):
         """Rows ``rows`` (sorted, int) as an ndarray.
 
-        Rows closer than :data:`MERGE_BYTES` are fetched by one read of the span from the first
-        to the last (into a scratch buffer no larger than ``out``, then picked): one read of a
-        few kilobytes more costs less than a read per row.  A run of consecutive rows is read
-        straight into ``out``.
+        A run of consecutive rows is read straight into ``out``.  Rows closer than
+        :attr:`merge_bytes` (:data:`MERGE_BYTES` unless the source says otherwise) are read as
+        one span from the first to the last, into a scratch buffer no larger than ``out``, and
+        picked from it.
         """
         rows = np.asarray(rows, dtype=np.int64)
         out = self._out(rows.size, out)
@@ -122,8 +127,14 @@ class RowSource:
             return out
         if rows[0] < 0 or rows[-1] >= self.shape[0]:
             raise IndexError(f"rows outside the {self.shape[0]} rows of {self.name}")
-        gap = MERGE_BYTES // max(1, self.shape[1] * self.dtype.itemsize)
+        merge = MERGE_BYTES if self.merge_bytes is None else self.merge_bytes
+        gap = merge // max(1, self.shape[1] * self.dtype.itemsize)
         bounds = np.concatenate(([0], np.flatnonzero(np.diff(rows) > gap + 1) + 1, [rows.size]))
+        if gap == 0:  # runs of consecutive rows only: each read straight into out
+            firsts, lasts = rows[bounds[:-1]].tolist(), rows[bounds[1:] - 1].tolist()
+            for i0, i1, a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), firsts, lasts):
+                self._read(a, b + 1, out[i0:i1])
+            return out
         limit = rows.size  # rows a read spans at most: the scratch buffer is no larger than out
         scratch = None
         for i0, i1 in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
@@ -193,7 +204,9 @@ class RowSource:
 
 class FileRows(RowSource):
     """Rows stored C-ordered and uncompressed at byte ``offset`` of a file, read with positioned
-    reads (:class:`aflite_fast.io._pread.SharedFile`)."""
+    reads (:class:`aflite_fast.io._pread.SharedFile`), one read per run of consecutive rows."""
+
+    merge_bytes = 0
 
     def __init__(self, file, offset, shape, dtype, name=None):
         if not isinstance(file, SharedFile):
@@ -252,6 +265,18 @@ class ConcatRows(RowSource):
         for i, a, b in pieces(self.offsets, start, stop):
             first = int(self.offsets[i])
             self.parts[i]._read(a - first, b - first, out[a - start:b - start])
+
+    def take(self, rows, out=None):
+        """Rows ``rows`` (sorted), each part's taken by the part (its own way of reading)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        out = self._out(rows.size, out)
+        if rows.size and (rows[0] < 0 or rows[-1] >= self.shape[0]):
+            raise IndexError(f"rows outside the {self.shape[0]} rows of {self.name}")
+        cut = np.searchsorted(rows, self.offsets)
+        for i in np.flatnonzero(np.diff(cut)).tolist():
+            a, b = int(cut[i]), int(cut[i + 1])
+            self.parts[i].take(rows[a:b] - self.offsets[i], out[a:b])
+        return out
 
     def locate(self, row):
         return _locate(self.offsets, self.part_names, row)
