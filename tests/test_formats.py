@@ -16,7 +16,9 @@ c. A file truncated while a run reads it (by another process) ends the run with 
 d. ``filter_dataset`` on a ``datasets.Dataset`` equals ``aflite`` on the array and reads the
    embedding column where Arrow holds it (no copy), also through an index mapping.
 e. A missing optional dependency is an ImportError naming the ``[formats]`` extra (exit 2).
-f. Reads are chunked: a scan and a gather of a sharded collection allocate a chunk, not the data.
+f. Reads are chunked: a scan and a gather of a sharded collection allocate a chunk, not the data;
+   a sorted selection gives its rows whether close rows are read as spans or not; a compressed
+   Arrow file, which cannot be read in place, is decoded a batch at a time.
 """
 import itertools
 import os
