@@ -519,3 +519,17 @@ def test_compressed_arrow_is_decoded_a_batch_at_a_time(problem, tmp_path):
     np.testing.assert_array_equal(X_read.read_rows(0, 5), X[:5])  # back to the first batch
     np.testing.assert_array_equal(np.asarray(X_read), X)
     same_run(aflite(X_read, y, **KW), aflite(X, y, **KW))
+
+
+def test_many_shards_share_a_few_descriptors(tmp_path, monkeypatch):
+    from aflite_fast.io import _pread
+
+    monkeypatch.setattr(_pread, "MAX_OPEN", 2)  # fewer than the shards: descriptors are closed and reopened
+    X = np.arange(40 * 3, dtype=np.float32).reshape(40, 3)
+    write_shards(tmp_path / "s", X, list(range(4, 40, 4)))
+    source = data.open_embeddings(tmp_path / "s")
+    rows = np.array([0, 5, 9, 13, 22, 23, 31, 39])
+    for _ in range(2):
+        np.testing.assert_array_equal(source.take(rows), X[rows])
+        np.testing.assert_array_equal(np.asarray(source), X)
+    assert len(_pread._open_files) <= 2
