@@ -40,12 +40,14 @@ _EXPORTS = {
     "annealed_thresholds": "label_issues", "annealing_issues": "label_issues", "audit": "label_issues",
     "filter_label_issues": "label_issues", "self_confidence_issues": "label_issues",
     "UserLoss": "user_loss", "user_loss": "user_loss",
+    "filter_dataset": "hf", "open_embeddings": "data",
 }
 
 __all__ = ["aflite", "AFLiteResult", "PhaseRecord", "predictability", "PredictabilityResult",
            "AFLite", "RobustLogisticRegression", "LOSS_NAMES", "oof_predict_proba",
            "self_confidence_issues", "annealing_issues", "annealed_thresholds", "filter_label_issues",
-           "audit", "LabelIssueResult", "AuditResult", "UserLoss", "user_loss", "__version__"]
+           "audit", "LabelIssueResult", "AuditResult", "UserLoss", "user_loss", "filter_dataset",
+           "open_embeddings", "__version__"]
 
 
 def __getattr__(name):

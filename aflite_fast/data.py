@@ -5,8 +5,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .io.arrayfile import open_array_file
 from .io.fingerprint import block_rows
+from .io.formats import open_rows
+from .io.rowsource import RowSource
 from ._rows import first_nonfinite_row, first_row_beyond
 
 #: Largest magnitude the float32 kernel can hold; float64 values beyond it would become inf.
@@ -40,19 +41,31 @@ def check_dtype(dtype):
     return dtype
 
 
-def open_embeddings(X, items=False):
-    """Return a 2-D array view of X without copying it (an object array of numbers, which
-    cannot be viewed as numbers, is converted to float64).  With ``items=True`` a 3-D array
-    (N items, K candidates, d features: multiple choice) is accepted too, made C-contiguous
-    (a copy only for an in-memory array that is not).
+def open_embeddings(X, column=None, items=False):
+    """Return X as a 2-D array or row source without copying it (an object array of numbers,
+    which cannot be viewed as numbers, is converted to float64).  With ``items=True`` a 3-D
+    array (N items, K candidates, d features: multiple choice) is accepted too, made
+    C-contiguous (a copy only for an in-memory array that is not).
 
     Parameters
     ----------
-    X : array-like, numpy.memmap, or str / os.PathLike to a ``.npy``/``.npz`` file
-        A path is opened read-only and memory-mapped, so a file larger than memory is never
-        loaded whole; ``FILE.npz:KEY`` picks one array of an archive (see
-        :func:`aflite_fast.io.arrayfile.open_array_file`).  Any byte order and integer dtypes
-        are accepted (see :func:`check_dtype`).
+    X : array-like, numpy.memmap, row source, str / os.PathLike, or list of paths
+        A path is opened read-only and read a chunk at a time, so a file larger than memory
+        is never loaded whole.  It may name a ``.npy`` file, ``FILE.npz:KEY``, a directory or
+        glob of ``.npy`` shards (or a list of their paths), ``FILE.safetensors[:KEY]``, a
+        Hugging Face dataset saved with ``save_to_disk`` or an ``.arrow`` file, or a Parquet
+        file or directory (docs/formats.md; :func:`aflite_fast.io.formats.open_rows`).  Rows of
+        files are read with positioned reads: a file truncated during a run is a ValueError
+        naming it, not a bus error.  Any byte order and integer dtypes are accepted (see
+        :func:`check_dtype`).
+    column : str, optional
+        The embedding column of a table (Arrow, Hugging Face dataset, Parquet).
+    items : bool, default False
+        Accept a 3-D X (multiple choice).  A 3-D ``.npy`` file is memory-mapped.
+
+    Returns
+    -------
+    ndarray, numpy.memmap or :class:`aflite_fast.io.rowsource.RowSource`
 
     Raises
     ------
@@ -61,9 +74,16 @@ def open_embeddings(X, items=False):
         dtype that is not a real number.
     TypeError
         If X is sparse, or an object array holding values that are not numbers.
+    ImportError
+        When reading the format needs an optional dependency that is missing (the message
+        names the extra).
     """
-    if isinstance(X, (str, os.PathLike)):
-        X = open_array_file(X, "embeddings")
+    if isinstance(X, (str, os.PathLike)) or _is_path_list(X):
+        X = open_rows(X, column, "embeddings")
+    elif column is not None:
+        raise ValueError(f"column={column!r} chooses a column of a table file, but X is not a path")
+    elif isinstance(X, RowSource):
+        pass
     elif _is_sparse(X):
         raise TypeError(f"X is a sparse {type(X).__name__}; sparse input is not supported, "
                         "pass a dense array (X.toarray())")
@@ -104,6 +124,11 @@ def open_embeddings(X, items=False):
     return X
 
 
+def _is_path_list(X):
+    """True for a non-empty list or tuple of paths (``.npy`` shards)."""
+    return isinstance(X, (list, tuple)) and bool(X) and all(isinstance(p, (str, os.PathLike)) for p in X)
+
+
 def native_rows(block):
     """``block`` as a C-contiguous array in native byte order (a copy only when it is not).
 
@@ -141,8 +166,11 @@ _BEYOND_FLOAT32 = ("X holds values beyond the float32 range (|x| > 3.4e38), firs
                    "the kernel computes in float32: rescale X")
 
 
-def scan_block(rows, start):
+def scan_block(rows, start, locate=None):
     """Check one chunk of rows of X (its first row is row ``start`` of X) and sum it.
+
+    ``locate(row)``, if given, says where a bad row is (a row source's
+    :meth:`~aflite_fast.io.rowsource.RowSource.locate`: the shard and its row).
 
     Returns
     -------
@@ -154,7 +182,7 @@ def scan_block(rows, start):
     block = native_rows(rows)
     bad, message = first_bad_row(block)
     if bad >= 0:
-        return message.format(row=start + bad), None
+        return message.format(row=start + bad if locate is None else locate(start + bad)), None
     return None, block.sum(axis=0, dtype=np.float64)
 
 
@@ -180,11 +208,27 @@ def scan_rows(X, progress=None, fingerprint=None):
     n, d = X.shape
     chunk = scan_chunk_rows(d, X.dtype.itemsize)
     total = np.zeros(d, dtype=np.float64)
-    for start in range(0, n, chunk):
-        rows = X[start:start + chunk]
+    source = isinstance(X, RowSource)
+    # a row source reads into a reused buffer; into two in turn with a fingerprint, whose threads
+    # may still hash one chunk while the next is read (ContentHash.update waits for them
+    # before the one after)
+    buffers = [None, None] if fingerprint is not None else [None]
+    for i, start in enumerate(range(0, n, chunk)):
+        if source:
+            m = min(n, start + chunk) - start
+            k = i % len(buffers)
+            if buffers[k] is None:
+                buffers[k] = np.empty((min(chunk, n), d), dtype=X.dtype)
+            rows = X.read_rows(start, start + m, out=buffers[k][:m])
+        else:
+            rows = X[start:start + chunk]
         if fingerprint is not None:
             fingerprint.update(rows)  # hashed in threads while this thread checks the same rows
-        problem, sums = scan_block(rows, start)
+        if source and not rows.dtype.isnative:
+            # the buffer is ours: swapped in place instead of into a copy (the fingerprint
+            # hashes big-endian rows from its own little-endian copy, made in update)
+            rows = rows.byteswap(inplace=True).view(rows.dtype.newbyteorder("="))
+        problem, sums = scan_block(rows, start, X.locate if source else None)
         if problem is not None:
             raise ValueError(problem)
         total += sums
@@ -252,7 +296,8 @@ def encode_labels(y, n_rows=None, min_per_class=2):
 def gather_rows(X, rows, center, out, chunk_bytes=None):
     """Write ``X[rows] - center`` (float32) and a trailing ones column into ``out``.
 
-    ``rows`` must be sorted so a memory-mapped file is read front to back.  Rows are read in
+    ``rows`` must be sorted so a file is read front to back.  A row source
+    (:class:`aflite_fast.io.rowsource.RowSource`) is read a piece at a time into the buffer.  Rows are read in
     pieces of at most ``chunk_bytes`` (default :data:`GATHER_CHUNK_BYTES`) of the source dtype: a contiguous run of rows
     is converted straight from the (memory-mapped) file into ``out``; any other piece goes
     through one reused buffer of that size.  So a gather never holds a copy of its rows in
@@ -273,7 +318,11 @@ def gather_rows(X, rows, center, out, chunk_bytes=None):
     for i0 in range(0, n, piece):
         i1 = min(n, i0 + piece)
         a, b = int(rows[i0]), int(rows[i1 - 1]) + 1
-        if b - a == i1 - i0:  # a contiguous run: a view of X, no copy
+        if isinstance(X, RowSource):  # read into the buffer, one read per run of rows
+            if buf is None:
+                buf = np.empty((min(piece, n), d), dtype=X.dtype)
+            src = X.take(rows[i0:i1], out=buf[:i1 - i0])
+        elif b - a == i1 - i0:  # a contiguous run: a view of X, no copy
             src = X[a:b]
         else:
             if buf is None:

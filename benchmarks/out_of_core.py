@@ -1,7 +1,12 @@
-"""Out-of-core benchmark: ``aflite-fast filter`` on a .npy larger than its memory limit.
+"""Out-of-core benchmark: ``aflite-fast filter`` on embeddings larger than its memory limit.
 
-a. Writes an N x d float32 .npy of several GB (skewed feature variances, a shared offset,
-   three classes that depend on a few directions plus noise) and its labels.
+a. Writes N x d float32 embeddings of several GB (skewed feature variances, a shared offset,
+   three classes that depend on a few directions plus noise) and their labels, as
+   ``--format``: one ``.npy`` file; ``shards``, a directory of ``.npy`` shards of
+   ``--shard-rows`` rows; or ``hf``, a Hugging Face dataset as ``save_to_disk`` writes it
+   (``.arrow`` files of 1,000-row record batches, an ``emb`` fixed-size list column and a
+   ``label`` column, loaded back with ``datasets.load_from_disk`` to check it), filtered with
+   ``--column emb --labels-column label``.
 b. Creates a child memory cgroup (v1 ``memory.limit_in_bytes`` or v2 ``memory.max``) below
    the one this process runs in, with a limit smaller than the file, and proves the limit is
    enforced: a process that allocates more than the limit is killed.
@@ -17,6 +22,11 @@ d. Prints a Markdown table and writes everything measured to a JSON file; delete
 Needs root (cgroups, drop_caches).  Example (about 3.1 GB file, 1.5 GiB limit)::
 
     python benchmarks/out_of_core.py --rows 1000000 --dim 768 --limit 1.5GiB --max-memory 1GB
+
+and the same data as shards, or as a Hugging Face dataset, written under ``/data``::
+
+    python benchmarks/out_of_core.py --format shards --path /data/ooc_shards ...
+    python benchmarks/out_of_core.py --format hf --path /data/ooc_hf ...
 """
 import argparse
 import json
@@ -34,26 +44,89 @@ ROOT = os.path.dirname(HERE)
 
 
 # ---------------------------------------------------------------------------- data
-def write_data(path, labels_path, n, d, seed, chunk=50_000):
-    """Skewed variances (std (1+k)^-0.75), offset, labels = argmax(3 directions + noise)."""
+def generate(n, d, seed, chunk=50_000):
+    """Chunks (start, rows, labels): skewed variances (std (1+k)^-0.75), offset, labels =
+    argmax(3 directions + noise)."""
     rng = np.random.default_rng(seed)
     scale = ((1.0 + np.arange(d)) ** -0.75).astype(np.float32)
     offset = rng.uniform(1.0, 3.0, size=d).astype(np.float32)
     A = np.zeros((d, 3), dtype=np.float32)
     A[:8] = rng.standard_normal((8, 3)) * 2.0
-    X = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(n, d))
-    y = np.empty(n, dtype=np.int64)
     for s in range(0, n, chunk):
         e = min(n, s + chunk)
         Z = rng.standard_normal((e - s, d), dtype=np.float32)
         logits = Z @ A + rng.gumbel(size=(e - s, 3)).astype(np.float32)
-        y[s:e] = np.argmax(logits, axis=1)
+        y = np.argmax(logits, axis=1)
         Z *= scale
         Z += offset
-        X[s:e] = Z
+        yield s, Z, y
+
+
+def write_data(path, labels_path, n, d, seed, chunk=50_000):
+    """One float32 .npy file and its labels."""
+    X = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(n, d))
+    y = np.empty(n, dtype=np.int64)
+    for s, Z, lab in generate(n, d, seed, chunk):
+        X[s:s + len(Z)] = Z
+        y[s:s + len(Z)] = lab
     X.flush()
     del X
     np.save(labels_path, y)
+
+
+def write_shards(folder, labels_path, n, d, seed, shard_rows):
+    """The same rows as :func:`write_data`, as ``part_<k>.npy`` shards of ``shard_rows`` rows."""
+    os.makedirs(folder)
+    y = np.empty(n, dtype=np.int64)
+    for k, s in enumerate(range(0, n, shard_rows)):
+        e = min(n, s + shard_rows)
+        X = np.lib.format.open_memmap(os.path.join(folder, f"part_{k}.npy"), mode="w+", dtype=np.float32,
+                                      shape=(e - s, d))
+        for s2, Z, lab in generate(e - s, d, [seed, k]):
+            X[s2:s2 + len(Z)] = Z
+            y[s + s2:s + s2 + len(Z)] = lab
+        X.flush()
+        del X
+    np.save(labels_path, y)
+
+
+def write_hf(folder, n, d, seed, shard_rows, batch_rows=1000):
+    """The rows as a Hugging Face dataset, in the layout ``save_to_disk`` writes: the metadata
+    of a small dataset saved by ``datasets`` itself, and ``.arrow`` streams of ``shard_rows``
+    rows in record batches of ``batch_rows`` (its default writer batch size)."""
+    import datasets
+    import pyarrow as pa
+
+    features = datasets.Features({"emb": datasets.Sequence(datasets.Value("float32"), length=d),
+                                  "label": datasets.Value("int64")})
+    datasets.Dataset.from_dict({"emb": [[0.0] * d], "label": [0]}, features=features).save_to_disk(folder)
+    for name in os.listdir(folder):
+        if name.endswith(".arrow"):
+            os.remove(os.path.join(folder, name))
+    schema = features.arrow_schema
+    n_files = -(-n // shard_rows)
+    files = []
+    for k, s in enumerate(range(0, n, shard_rows)):
+        name = f"data-{k:05d}-of-{n_files:05d}.arrow"
+        files.append({"filename": name})
+        with pa.OSFile(os.path.join(folder, name), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
+            for s2, Z, lab in generate(min(n, s + shard_rows) - s, d, [seed, k], chunk=batch_rows):
+                emb = pa.FixedSizeListArray.from_arrays(pa.array(Z.ravel()), d)
+                writer.write_batch(pa.record_batch([emb, pa.array(lab)], schema=schema))
+    state_path = os.path.join(folder, "state.json")
+    state = json.load(open(state_path))
+    state["_data_files"] = files
+    json.dump(state, open(state_path, "w"), indent=2)
+    loaded = datasets.load_from_disk(folder)
+    if loaded.num_rows != n or loaded.features != features:
+        raise RuntimeError(f"datasets reads {loaded.num_rows} rows, {loaded.features}")
+
+
+def data_files(path):
+    sys.path.insert(0, ROOT)
+    from aflite_fast.io.formats import spec_files
+
+    return spec_files(path)
 
 
 # ---------------------------------------------------------------------------- cgroups
@@ -147,14 +220,21 @@ def drop_caches():
 
 
 def sequential_read(path, bufsize=16 << 20):
-    """Seconds to read the whole file once with read() into one reused buffer."""
+    """Seconds to read the whole input (every file of it) once with read() into one reused buffer."""
     buf = bytearray(bufsize)
     view = memoryview(buf)
     t0 = time.perf_counter()
-    with open(path, "rb", buffering=0) as fh:
-        while fh.readinto(view):
-            pass
+    for name in data_files(path):
+        with open(name, "rb", buffering=0) as fh:
+            while fh.readinto(view):
+                pass
     return time.perf_counter() - t0
+
+
+def read_bytes():
+    """Bytes this process has read from storage so far (/proc/self/io)."""
+    with open("/proc/self/io") as fh:
+        return int(dict(ln.split(": ") for ln in fh.read().splitlines())["read_bytes"])
 
 
 def rss_anon():
@@ -205,8 +285,10 @@ def child(args):
 
     def spy(*a, **kw):
         t0 = time.perf_counter()
+        b0 = read_bytes()
         res = real(*a, **kw)
         phases.append(dict(seconds=time.perf_counter() - t0, n_active=int(a[2].size),
+                           read_bytes=read_bytes() - b0,
                            n_blocks=res.n_blocks, n_chunks=res.n_chunks,
                            mean_iter=float(res.n_iter.mean()),
                            **{k: float(v) for k, v in res.seconds.items()}))
@@ -219,18 +301,22 @@ def child(args):
     drop_caches()
     with tempfile.TemporaryDirectory(dir=os.path.dirname(args.path)) as tmp:
         out_dir = os.path.join(tmp, "out")
-        argv = ["filter", args.path, args.labels, "--out", out_dir,
+        inputs = ([args.path, args.path, "--column", "emb", "--labels-column", "label"] if args.format == "hf"
+                  else [args.path, args.labels])
+        argv = ["filter", *inputs, "--out", out_dir,
                 "--target-size", str(args.target_size), "--partitions", str(args.partitions),
                 "--train-size", str(args.train_size), "--slice-size", str(args.slice_size),
                 "--tau", str(args.tau), "--max-memory", args.max_memory, "--seed", "0", "--quiet"]
         t0 = time.perf_counter()
+        b0 = read_bytes()
         rc = main(argv)
         total = time.perf_counter() - t0
+        total_read = read_bytes() - b0
         report = json.load(open(os.path.join(out_dir, "report.json"))) if rc == 0 else {}
     drop_caches()
     read_after = sequential_read(args.path)
     peak = sampler.stop()
-    json.dump(dict(rc=rc, argv=argv, total_seconds=total, baseline_anon=baseline,
+    json.dump(dict(rc=rc, argv=argv, total_seconds=total, total_read_bytes=total_read, baseline_anon=baseline,
                    baseline_warm_anon=baseline_warm,
                    peak_anon=peak, read_before=read_before, read_after=read_after,
                    caches_dropped=dropped, phases=phases,
@@ -251,7 +337,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--dim", type=int, default=768)
-    ap.add_argument("--path", default=os.path.join(ROOT, "benchmarks", "_ooc_emb.npy"))
+    ap.add_argument("--path", default=os.path.join(ROOT, "benchmarks", "_ooc_emb.npy"),
+                    help="where the data is written (a directory for --format shards/hf)")
+    ap.add_argument("--format", choices=["npy", "shards", "hf"], default="npy",
+                    help="one .npy file, a directory of .npy shards, or a Hugging Face dataset")
+    ap.add_argument("--shard-rows", type=int, default=100_000, help="rows per shard / per .arrow file")
     ap.add_argument("--limit", default="1.5GiB", help="cgroup memory limit")
     ap.add_argument("--max-memory", default="1GB", help="the filter's --max-memory")
     ap.add_argument("--partitions", type=int, default=24)
@@ -272,12 +362,17 @@ def main():
 
     args.train_size = args.train_size or args.rows // 50
     args.target_size = args.rows - args.phases * args.slice_size
-    args.labels = os.path.splitext(args.path)[0] + "_labels.npy"
+    args.labels = os.path.splitext(args.path.rstrip("/"))[0] + "_labels.npy"
     t0 = time.perf_counter()
     if not os.path.exists(args.path):
-        write_data(args.path, args.labels, args.rows, args.dim, args.seed)
+        if args.format == "npy":
+            write_data(args.path, args.labels, args.rows, args.dim, args.seed)
+        elif args.format == "shards":
+            write_shards(args.path, args.labels, args.rows, args.dim, args.seed, args.shard_rows)
+        else:
+            write_hf(args.path, args.rows, args.dim, args.seed, args.shard_rows)
     write_seconds = time.perf_counter() - t0
-    file_bytes = os.path.getsize(args.path)
+    file_bytes = sum(os.path.getsize(f) for f in data_files(args.path))
     limit = parse_size(args.limit)
     cg = MemoryCgroup(f"aflite_ooc_{os.getpid()}", limit)
     try:
@@ -289,7 +384,7 @@ def main():
             cg._write("memory.max_usage_in_bytes", "0")  # forget the proof's usage
         fd, result = tempfile.mkstemp(suffix=".json")
         os.close(fd)
-        cmd = [sys.executable, os.path.abspath(__file__), "--child", "--path", args.path,
+        cmd = [sys.executable, os.path.abspath(__file__), "--child", "--path", args.path, "--format", args.format,
                "--labels", args.labels, "--result", result, "--target-size", str(args.target_size),
                "--partitions", str(args.partitions), "--train-size", str(args.train_size),
                "--slice-size", str(args.slice_size), "--tau", str(args.tau),
@@ -306,10 +401,14 @@ def main():
     finally:
         cg.remove()
         if not args.keep_file:
+            import shutil
+
             for f in (args.path, args.labels):
-                if os.path.exists(f):
+                if os.path.isdir(f):
+                    shutil.rmtree(f)
+                elif os.path.exists(f):
                     os.remove(f)
-    res.update(returncode=p.returncode, file_bytes=file_bytes, rows=args.rows, dim=args.dim,
+    res.update(returncode=p.returncode, file_bytes=file_bytes, rows=args.rows, dim=args.dim, format=args.format,
                limit=limit, max_memory=args.max_memory, cgroup=summary, limit_proof=proof,
                cgroup_anon_peak=cg_anon_peak, write_seconds=write_seconds,
                params=dict(partitions=args.partitions, train_size=args.train_size,
@@ -323,7 +422,7 @@ def main():
 def print_table(r):
     gb = 1e9
     read = min(r["read_before"], r["read_after"])
-    print(f"\nfile {r['file_bytes'] / gb:.2f} GB ({r['rows']} x {r['dim']} float32), cgroup limit "
+    print(f"\n{r.get('format', 'npy')}: {r['file_bytes'] / gb:.2f} GB ({r['rows']} x {r['dim']} float32), cgroup limit "
           f"{r['limit'] / gb:.2f} GB, --max-memory {r['max_memory']}; exit code {r['returncode']}")
     print(f"one sequential read: {r['read_before']:.2f} s before, {r['read_after']:.2f} s after "
           f"({r['file_bytes'] / read / gb:.2f} GB/s best)")
@@ -332,16 +431,17 @@ def print_table(r):
           f"{r['peak_anon'] / gb:.3f} GB (RssAnon, 10 ms samples); cgroup rss peak "
           f"{r['cgroup_anon_peak'] / gb:.3f} GB (50 ms samples); cgroup max usage incl. page cache "
           f"{r['cgroup']['max_usage'] / gb:.3f} GB, oom kills {r['cgroup']['oom_kill']}")
-    print(f"total {r['total_seconds']:.1f} s, kept {r['n_kept']}, {r['stop_reason']}\n")
+    print(f"total {r['total_seconds']:.1f} s, kept {r['n_kept']}, {r['stop_reason']}; bytes read from "
+          f"storage by the run {r.get('total_read_bytes', 0) / gb:.2f} GB\n")
     print("| phase | active rows | blocks | chunks | mean L-BFGS iter | train s | predict s | "
-          "read s (train + predict) | phase s | phase / file read | reads / file read |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "read s (train + predict) | phase s | phase / file read | reads / file read | GB read from storage |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for i, ph in enumerate(r["phases"]):
         io = ph["read_train"] + ph["read_predict"]
         print(f"| {i} | {ph['n_active']} | {ph['n_blocks']} | {ph['n_chunks']} | {ph['mean_iter']:.1f} | "
               f"{ph['train']:.1f} | {ph['predict']:.1f} | {io:.1f} ({ph['read_train']:.1f} + "
               f"{ph['read_predict']:.1f}) | {ph['seconds']:.1f} | {ph['seconds'] / read:.1f} | "
-              f"{io / read:.2f} |")
+              f"{io / read:.2f} | {ph.get('read_bytes', 0) / gb:.2f} |")
 
 
 if __name__ == "__main__":

@@ -196,7 +196,8 @@ def test_source_files(tmp_path):
     assert source_files(mm[1:3]) == [path]
     assert source_files(np.asarray(mm)) == [path]
     assert source_files([path, path]) == [path, path]
-    assert source_files(X) == [] and source_files(str(tmp_path)) == []
+    assert source_files(X) == [] and source_files(str(tmp_path / "no-such-dir")) == []
+    assert source_files(str(tmp_path)) == [path]  # a directory of .npy shards: its shards
 
     class Rows:  # a reader of stored rows, as the data layer's row sources are
         files = (path, "b.npy")

@@ -25,11 +25,14 @@ PARAMETER_FLAGS = {
 }
 
 _DESCRIPTION = """\
-Run AFLite on EMB (N x d, memory-mapped: a .npy file, a .npz archive holding one array, or
-FILE.npz:KEY; float16/32/64 or integer, either byte order) with LABELS and write DIR/keep.npy
-(sorted kept row indices), DIR/scores.npy (last predictability score per row, NaN where never
-scored) and DIR/report.json (parameters, per-phase history with score histograms, per-class
-counts and solver status counts, timings); with --plot also DIR/report.png.
+Run AFLite on EMB (N x d, read a chunk at a time, never loaded whole: a .npy file, a .npz
+archive holding one array, or FILE.npz:KEY, a directory or glob of .npy shards,
+FILE.safetensors[:KEY], a Hugging Face dataset saved with save_to_disk or an .arrow file, a
+Parquet file or directory with --column; float16/32/64 or integer, either byte order) with
+LABELS and write DIR/keep.npy (sorted kept row indices), DIR/scores.npy (last predictability
+score per row, NaN where never scored) and DIR/report.json (parameters, per-phase history with
+score histograms, per-class counts and solver status counts, timings); with --plot also
+DIR/report.png.
 
 The files are switched in together when the run ends: a reader sees all of the previous run's
 files or all of this run's, never a mix, even if the run is killed (they are links into
@@ -49,6 +52,8 @@ with tabs and no commas. A file with several columns needs --labels-column (a he
 Blank lines are an error, except at the end. If every label is a number they are read as
 numbers, so 1, 1.0 and 01 are one class; otherwise labels are compared as written.
 --groups FILE follows the same rules, with --groups-column and --groups-header.
+LABELS (and --groups) may also be a table (Arrow, Hugging Face dataset, Parquet), EMB's own
+included: --labels-column NAME (--groups-column NAME) names its column.
 """
 
 
@@ -66,11 +71,18 @@ def train_size_arg(text):
 def add_input_arguments(p, labels_help="labels: .npy/.npz, or text/CSV (see below)"):
     """EMB, LABELS and the options of a labels file (``filter``, ``oof`` and ``label-issues``
     read them alike)."""
-    p.add_argument("embeddings", metavar="EMB", help="embeddings: EMB.npy, EMB.npz or EMB.npz:KEY")
+    p.add_argument("embeddings", metavar="EMB",
+                   help="embeddings: EMB.npy, EMB.npz[:KEY], a directory or glob of .npy shards, "
+                        "EMB.safetensors[:KEY], a Hugging Face dataset saved with save_to_disk or an "
+                        ".arrow file, a .parquet file or directory (docs/formats.md)")
     p.add_argument("labels", metavar="LABELS", help=labels_help)
+    p.add_argument("--column", default=None, metavar="NAME",
+                   help="the embedding column of a table EMB (Arrow, Hugging Face dataset, Parquet); "
+                        "needed when it has several list columns")
     p.add_argument("--labels-column", default=None, metavar="NAME|INDEX",
                    help="label column of a CSV/TSV labels file: a header name (with "
-                        "--labels-header) or a 0-based index")
+                        "--labels-header) or a 0-based index; or of a table LABELS (which may be "
+                        "EMB itself)")
     p.add_argument("--labels-header", action="store_true",
                    help="the first line of the labels file names its columns")
 
@@ -228,7 +240,7 @@ def run(args):
     # checked again before the outputs are committed (the run checks EMB at every phase too)
     watch = InputWatch([("EMB", args.embeddings), ("LABELS", args.labels), ("--groups", args.groups),
                         ("--transition", args.transition), ("--eval-rows", args.eval_rows)])
-    X = open_embeddings(args.embeddings, items=True)
+    X = open_embeddings(args.embeddings, args.column, items=True)
     y = read_labels_file(args.labels, column=args.labels_column, header=args.labels_header)
     n_rows = X.shape[0]
     if args.target_size >= n_rows:
@@ -286,7 +298,7 @@ def run(args):
             report = {
                 "aflite_fast_version": __version__,
                 "command": "filter",
-                "embeddings": os.path.abspath(args.embeddings),
+                "embeddings": os.path.abspath(args.embeddings), "column": args.column,
                 "labels": os.path.abspath(args.labels),
                 "labels_column": args.labels_column, "labels_header": args.labels_header,
                 "transition": None if args.transition is None else os.path.abspath(args.transition),

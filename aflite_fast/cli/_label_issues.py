@@ -96,7 +96,7 @@ def run(args):
         raise ValueError(f"--out {args.out!r} is a directory; give a file name")
     if args.n_issues is not None and args.method != "self-confidence":
         raise ValueError("--n-issues applies to --method self-confidence only")
-    X = open_embeddings(args.embeddings)
+    X = open_embeddings(args.embeddings, args.column)
     y = read_labels_file(args.labels, column=args.labels_column, header=args.labels_header)
     result = filter_label_issues(
         X, y, method=METHODS[args.method], threshold=args.threshold, n_issues=args.n_issues, cv=args.cv,

@@ -16,7 +16,9 @@ PARAMETER_FLAGS = {
 _DESCRIPTION = """\
 Out-of-fold predicted probabilities of a linear model (multinomial logistic regression, or
 another --loss) for every row of EMB (N x d: a .npy file, a .npz archive holding one array, or
-FILE.npz:KEY; float16/32/64 or integer, either byte order; memory-mapped, never loaded whole)
+FILE.npz:KEY, or any other input of 'aflite-fast filter': shards, a Hugging Face dataset,
+safetensors, Parquet, with --column; float16/32/64 or integer, either byte order; read a chunk
+at a time, never loaded whole)
 with LABELS: each row's probabilities come from the model of the fold that held it out (--cv
 stratified folds, all trained in one call of the batched kernel). Writes PROBS.npy, N x C
 float32, columns in sorted label order, rows summing to 1, written atomically (a reader sees
@@ -29,7 +31,8 @@ Exit codes: 0 done; 2 bad input (one line on stderr, PROBS.npy unchanged); 130 C
 _EPILOG = """\
 LABELS and --groups files are read as by 'aflite-fast filter' (see its --help): a .npy/.npz
 array, or UTF-8 text with one row per line of EMB, --labels-column / --labels-header (and
---groups-column / --groups-header) for CSV/TSV files with several columns.
+--groups-column / --groups-header) for CSV/TSV files with several columns; or a column of a
+table (EMB's own included) named by --labels-column (--groups-column).
 """
 
 
@@ -102,7 +105,7 @@ def run(args):
     # checked again just before PROBS.npy replaces the previous file
     watch = InputWatch([("EMB", args.embeddings), ("LABELS", args.labels), ("--groups", args.groups),
                         ("--transition", args.transition)])
-    X = open_embeddings(args.embeddings)
+    X = open_embeddings(args.embeddings, args.column)
     y = read_labels_file(args.labels, column=args.labels_column, header=args.labels_header)
     groups = None if args.groups is None else _read_groups(args)
     import numpy as np

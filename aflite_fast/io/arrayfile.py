@@ -16,6 +16,7 @@ d. What the file is comes from its first bytes (the ``.npy`` magic string, a zip
 import os
 import struct
 import zipfile
+from typing import NamedTuple
 
 import numpy as np
 
@@ -83,10 +84,47 @@ def open_array_file(spec, what="array"):
         if not start.startswith(_NPY_MAGIC):
             raise ValueError(f"not a .npy or .npz file (it starts with {start!r})")
         with open(path, "rb") as fh:
-            read_npy_header(fh)  # a corrupt header is refused in our words, not numpy's parser's
+            shape, _, dtype = read_npy_header(fh)  # a corrupt header is refused in our words, not numpy's
+            data_start = fh.tell()
+        if dtype.hasobject:
+            raise ValueError("it holds Python objects, which cannot be read without unpickling")
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        held = os.stat(path).st_size - data_start
+        if held < nbytes:
+            raise ValueError(f"the file is truncated: its header promises {nbytes} bytes of data, it holds {held}")
         return np.load(path, mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
         raise ValueError(f"cannot read {what} from {os.fspath(spec)!r}: {exc}") from exc
+
+
+class ArrayLayout(NamedTuple):
+    """Where an uncompressed array lies in its file: ``path``, the byte ``offset`` of its data,
+    its ``shape``, ``dtype`` and whether it is stored in Fortran order."""
+
+    path: str
+    offset: int
+    shape: tuple
+    dtype: np.dtype
+    fortran: bool
+
+
+def array_layout(spec, what="array"):
+    """The :class:`ArrayLayout` of the array in ``spec`` (as :func:`open_array_file` takes it),
+    so that a reader can fetch its rows with positioned reads instead of a memory map; or the
+    array itself, loaded, when it cannot be read in place (a compressed ``.npz`` member, an
+    empty array).
+
+    Raises
+    ------
+    ValueError
+        As :func:`open_array_file` does.
+    """
+    array = open_array_file(spec, what)
+    if not isinstance(array, np.memmap):
+        return array
+    path = split_key(spec)[0]
+    return ArrayLayout(path, int(array.offset), tuple(int(s) for s in array.shape), array.dtype,
+                       bool(array.flags.f_contiguous and not array.flags.c_contiguous))
 
 
 def read_npy_header(fh, what="the file"):

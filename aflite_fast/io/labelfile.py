@@ -23,6 +23,10 @@ h. A missing value is refused naming its line, as an empty field is: ``nan`` in 
 g. Without ``header=True``, a first line that is not a number above labels that all are is
    refused as a likely header.
 
+i. A table (a Hugging Face dataset saved with ``save_to_disk``, an ``.arrow`` file, a Parquet
+   file or directory; often the embeddings' own file) gives the column ``column`` names
+   (:func:`aflite_fast.io.formats.read_column`); a missing value is refused naming its row.
+
 Messages name the command-line flags (``--labels-column``, ``--labels-header``), as the
 command line is this reader's user.  ``filter --groups FILE`` reads its group ids under the
 same rules (``kind="groups"``: messages say "groups file" and name ``--groups-column`` and
@@ -37,6 +41,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .arrayfile import looks_like_array_file, open_array_file
+from .formats import is_table, read_column
 
 _NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 _INTEGER = re.compile(r"[+-]?\d+")
@@ -64,7 +69,7 @@ def read_labels_file(path, *, column=None, header=False, kind="labels"):
     Parameters
     ----------
     path : str or os.PathLike
-        A ``.npy``/``.npz`` file (``FILE.npz:KEY``) or a text/CSV file.
+        A ``.npy``/``.npz`` file (``FILE.npz:KEY``), a text/CSV file, or a table (rule i).
     column : int or str, optional
         Text files with several columns: the label column, a header name (with
         ``header=True``) or a 0-based index (an int, or a string of digits that is not a
@@ -86,6 +91,17 @@ def read_labels_file(path, *, column=None, header=False, kind="labels"):
     """
     path = os.fspath(path)
     kind = KINDS[kind]
+    if is_table(path):  # rule i
+        if header:
+            raise ValueError(f"{kind.header_flag} applies to text/CSV {kind.singular} files; {path!r} is a table "
+                             "whose columns have names")
+        if column is None:
+            raise ValueError(f"{path!r} is a table (Arrow, Hugging Face dataset, Parquet): choose its "
+                             f"{kind.singular} column with {kind.column_flag} NAME")
+        try:
+            return read_column(path, str(column), kind.plural)
+        except ValueError as exc:
+            raise ValueError(f"{kind.column_flag} {column!r}: {exc}") from None
     if looks_like_array_file(path):
         if column is not None or header:
             raise ValueError(f"{kind.column_flag} and {kind.header_flag} apply to text/CSV {kind.singular} "

@@ -28,11 +28,16 @@ def source_files(X):
 
     Knows a path (``FILE.npz:KEY`` included), a list of paths (shards), an ``np.memmap`` and an
     array whose base is one, and a reader of stored rows that lists its files (a ``files``
-    attribute beside ``read_rows``).  A path that is not a file (a directory) gives [].
+    attribute beside ``read_rows``).  A directory or glob gives the files of the embeddings it
+    holds (:func:`aflite_fast.io.formats.spec_files`), [] if none.
     """
     if isinstance(X, (str, os.PathLike)):
         path = split_key(X)[0]
-        return [os.path.abspath(path)] if os.path.isfile(path) else []
+        if os.path.isfile(path):
+            return [os.path.abspath(path)]
+        from .formats import spec_files  # a directory or glob of shards, a dataset, FILE.safetensors:KEY
+
+        return spec_files(X)
     if hasattr(X, "read_rows") and hasattr(X, "files"):
         return [os.path.abspath(os.fspath(f)) for f in X.files]
     if isinstance(X, (list, tuple)) and X and all(isinstance(p, (str, os.PathLike)) for p in X):

@@ -1,0 +1,46 @@
+"""AFLite on a Hugging Face ``datasets.Dataset``: :func:`filter_dataset`."""
+from .io.arrow import dataset_column, dataset_rows
+
+
+def filter_dataset(ds, embedding_column, label_column, *, groups_column=None, **aflite_kwargs):
+    """Filter a ``datasets.Dataset`` with AFLite; return the kept rows as a Dataset, and the result.
+
+    The embedding column is read where the dataset holds it (its Arrow buffers, memory-mapped
+    for a dataset loaded from disk): a column of fixed-length lists, or of lists that all have
+    the same length, is not copied, and rows are converted to float32 a chunk at a time as for
+    any other input.  A dataset with an index mapping (after ``select``, ``shuffle`` or
+    ``filter``) is read through it.
+
+    Parameters
+    ----------
+    ds : datasets.Dataset
+    embedding_column : str
+        A column holding one embedding (a list of d numbers) per row.
+    label_column : str
+        A column holding one label per row (a ``ClassLabel``, integers or strings).
+    groups_column : str, optional
+        A column holding a group id per row, passed as ``groups=`` (see :func:`aflite_fast.aflite`).
+    **aflite_kwargs
+        Passed to :func:`aflite_fast.aflite` (``target_size`` and ``train_size`` are required).
+
+    Returns
+    -------
+    kept : datasets.Dataset
+        ``ds.select(result.keep)``: the rows AFLite keeps, in their original order.
+    result : aflite_fast.AFLiteResult
+
+    Examples
+    --------
+    >>> kept, result = filter_dataset(ds, "embedding", "label", target_size=10_000,
+    ...                               train_size=0.5, random_state=0)  # doctest: +SKIP
+    """
+    from .algorithm import aflite
+
+    X = dataset_rows(ds, embedding_column)
+    y = dataset_column(ds, label_column, "labels")
+    if groups_column is not None:
+        if "groups" in aflite_kwargs:
+            raise ValueError("give groups_column or groups, not both")
+        aflite_kwargs["groups"] = dataset_column(ds, groups_column, "group ids")
+    result = aflite(X, y, **aflite_kwargs)
+    return ds.select(result.keep), result
