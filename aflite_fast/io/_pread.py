@@ -20,7 +20,9 @@ MAX_OPEN = 256
 _MAX_READ = 0x7FFFF000
 
 _open_files = set()
-_lock = threading.Lock()
+#: Reentrant: a SharedFile collected while this thread holds the lock (a garbage collection
+#: set off by an allocation inside it) closes itself through __del__, which takes it again.
+_lock = threading.RLock()
 
 
 class InputChangedError(ValueError):
