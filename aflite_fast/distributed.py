@@ -35,8 +35,8 @@ from .data import check_dtype, gather_rows, scan_block, scan_chunk_rows
 from .io.fingerprint import block_digests
 from .losses import resolve_loss
 
-__all__ = ["DaskEmbeddings", "DaskPhaseScores", "as_dask_array", "connect", "score_phase_dask",
-           "scan_rows_dask", "filter_on_cluster"]
+__all__ = ["DaskEmbeddings", "DaskPhaseScores", "as_dask_array", "connect", "close_client", "leaf_ranges",
+           "score_phase_dask", "scan_rows_dask"]
 
 
 def _import_dask():
@@ -78,31 +78,38 @@ def _memmap_source(X):
     return name, start + (X.ctypes.data - base)
 
 
-def _chunked_rows(n, d, dtype, step, read, key):
-    """Dask array of n x d rows, chunk [s, e) read on a worker by ``read(s, e)`` under ``key(s, e)``."""
+def _row_bounds(n, step, bounds=None):
+    """Chunk boundaries: ``bounds`` when given, else every ``step`` rows."""
+    if bounds is not None:
+        return [int(b) for b in bounds]
+    return list(range(0, n, step)) + [n]
+
+
+def _chunked_rows(n, d, dtype, bounds, read, key):
+    """Dask array of n x d rows, chunk [s, e) (consecutive ``bounds``) read on a worker by
+    ``read(s, e)`` under ``key(s, e)``."""
     import dask
     da, _ = _import_dask()
     parts = []
-    for s in range(0, n, step):
-        e = min(n, s + step)
+    for s, e in zip(bounds[:-1], bounds[1:]):
         parts.append(da.from_delayed(dask.delayed(read, pure=True)(s, e, dask_key_name=key(s, e)),
                                      shape=(e - s, d), dtype=dtype))
     return da.concatenate(parts, axis=0)
 
 
-def _memmap_as_dask(X, chunk_rows):
+def _memmap_as_dask(X, chunk_rows, row_bounds=None):
     import dask
     path, offset = _memmap_source(X)
     n, d = X.shape
     st = os.stat(path)
     token = (path, st.st_size, st.st_mtime_ns, offset, X.shape, str(X.dtype))
     return _chunked_rows(
-        n, d, X.dtype, chunk_rows or default_chunk_rows(d, X.dtype.itemsize),
+        n, d, X.dtype, _row_bounds(n, chunk_rows or default_chunk_rows(d, X.dtype.itemsize), row_bounds),
         functools.partial(_read_raw_rows, path, offset, X.dtype, X.shape),
         lambda s, e: f"mmap-rows-{dask.base.tokenize(*token, s, e)}")
 
 
-def _npy_as_dask(path, chunk_rows):
+def _npy_as_dask(path, chunk_rows, row_bounds=None):
     """A ``.npy``/``.npz`` file (or ``FILE.npz:KEY``) read on the workers through a memory map
     of the same file; a compressed ``.npz`` member cannot be mapped and is sent from here."""
     da, _ = _import_dask()
@@ -110,11 +117,12 @@ def _npy_as_dask(path, chunk_rows):
     if mm.ndim != 2:
         raise ValueError(f"X must be 2-D (rows x features), got {mm.ndim}-D with shape {mm.shape} in {path!r}")
     if isinstance(mm, np.memmap) and _memmap_source(mm) is not None:
-        return _memmap_as_dask(mm, chunk_rows)
-    return da.from_array(mm, chunks=(chunk_rows or default_chunk_rows(mm.shape[1], mm.dtype.itemsize), -1))
+        return _memmap_as_dask(mm, chunk_rows, row_bounds)
+    X = da.from_array(mm, chunks=(chunk_rows or default_chunk_rows(mm.shape[1], mm.dtype.itemsize), -1))
+    return X if row_bounds is None else X.rechunk({0: tuple(np.diff(row_bounds).tolist())})
 
 
-def as_dask_array(X, *, chunk_rows=None):
+def as_dask_array(X, *, chunk_rows=None, row_bounds=None):
     """A 2-D dask array, chunked along rows only, from any supported source.
 
     Parameters
@@ -127,6 +135,9 @@ def as_dask_array(X, *, chunk_rows=None):
     chunk_rows : int, optional
         Rows per chunk for ``.npy`` files and ndarrays (default: 64 MiB of rows).  Shards are
         split into chunks of at most this many rows.
+    row_bounds : sequence of int, optional
+        The chunks' row boundaries (0, ..., N), overriding ``chunk_rows``: a ``.npy`` file or a
+        memmap is read in these chunks, anything else is rechunked to them.
 
     Returns
     -------
@@ -150,9 +161,9 @@ def as_dask_array(X, *, chunk_rows=None):
             except Exception as exc:  # zarr raises its own error types
                 raise ValueError(f"cannot read a zarr array from {path!r}: {exc}") from exc
         else:
-            X = _npy_as_dask(path, chunk_rows)
+            X = _npy_as_dask(path, chunk_rows, row_bounds)
     elif isinstance(X, np.memmap) and X.ndim == 2 and _memmap_source(X) is not None:
-        X = _memmap_as_dask(X, chunk_rows)  # the workers read the file, nothing is pickled
+        X = _memmap_as_dask(X, chunk_rows, row_bounds)  # the workers read the file, nothing is pickled
     elif isinstance(X, np.ndarray):
         if X.ndim != 2:
             raise ValueError(f"X must be 2-D (rows x features), got {X.ndim}-D with shape {X.shape}")
@@ -169,32 +180,86 @@ def as_dask_array(X, *, chunk_rows=None):
     check_dtype(X.dtype)
     if len(X.chunks[1]) != 1:
         X = X.rechunk({1: -1})  # rows are the unit of work: one chunk spans all columns
+    if row_bounds is not None and list(np.concatenate(([0], np.cumsum(X.chunks[0])))) != list(row_bounds):
+        X = X.rechunk({0: tuple(np.diff(np.asarray(row_bounds)).tolist())})
     return X
+
+
+def _worker_addresses(client):
+    """The cluster's workers (addresses, sorted) and their thread counts."""
+    info = client.scheduler_info()["workers"]
+    addresses = sorted(info)
+    if not addresses:
+        raise ValueError("the dask cluster has no workers")
+    return addresses, [int(info[a].get("nthreads", 1)) for a in addresses]
+
+
+def leaf_ranges(n_rows, n_workers):
+    """How the reduction groups of X (``kernel.reduction_group_rows``) are shared out:
+    a list of (leaf_lo, leaf_hi, row_lo, row_hi), one per worker that holds rows, with
+    consecutive groups of about as many rows each; the last range runs to the last leaf of
+    the tree (the leaves past X's rows hold none)."""
+    G = kernel.reduction_group_rows(n_rows)
+    n_groups = -(-int(n_rows) // G)
+    w = max(1, min(int(n_workers), n_groups))
+    cuts = [round(i * n_groups / w) for i in range(w + 1)]
+    out = []
+    for i in range(w):
+        lo, hi = cuts[i], cuts[i + 1]
+        out.append((lo, kernel.REDUCE_LEAVES if i == w - 1 else hi, lo * G, min(int(n_rows), hi * G)))
+    return out
 
 
 class DaskEmbeddings:
     """X held in the memory of a dask cluster as row chunks (futures), for the whole run.
 
+    Rows are shared out among the workers in whole reduction groups (:func:`leaf_ranges`):
+    worker i loads the chunks of its rows (from the file, or sent once from here) and keeps
+    them; every phase computes on them where they are.  Chunks are at most ``chunk_rows``
+    rows (default: 64 MiB of rows) and never span two workers' rows.
+
     Attributes
     ----------
     client : distributed.Client
-    futures : list of Future, one per row chunk (ndarray of shape (rows, d))
+    futures : list of Future, one per row chunk (ndarray of shape (rows, d)), each pinned to
+        its worker
     offsets : ndarray of int64, first row of every chunk, then N
     shape, dtype : of X
+    ranges : list of (worker address, leaf_lo, leaf_hi, row_lo, row_hi, chunk indices)
     """
 
     def __init__(self, X, client=None, *, chunk_rows=None):
         _, distributed = _import_dask()
         self.client = client if client is not None else distributed.default_client()
-        X = as_dask_array(X, chunk_rows=chunk_rows)
-        self.shape = tuple(int(s) for s in X.shape)
-        self.dtype = np.dtype(X.dtype)
-        self.offsets = np.concatenate(([0], np.cumsum(X.chunks[0]))).astype(np.int64)
-        self.futures = self.client.compute(list(X.to_delayed().ravel()))
+        probe = as_dask_array(X, chunk_rows=chunk_rows)
+        self.shape = tuple(int(s) for s in probe.shape)
+        self.dtype = np.dtype(probe.dtype)
+        n, d = self.shape
+        step = chunk_rows or default_chunk_rows(d, self.dtype.itemsize)
+        addresses, self.worker_threads = _worker_addresses(self.client)
+        shares = leaf_ranges(n, len(addresses))
+        bounds = sorted(set(range(0, n, step)) | {r for *_, r0, r1 in shares for r in (r0, r1)} | {n})
+        Xd = probe if isinstance(X, np.ndarray) and not isinstance(X, np.memmap) else \
+            as_dask_array(X, chunk_rows=chunk_rows, row_bounds=bounds)
+        self.offsets = np.asarray(bounds, dtype=np.int64)
+        self.ranges = []
+        self.futures = [None] * (len(bounds) - 1)
+        blocks = None if isinstance(X, np.ndarray) and not isinstance(X, np.memmap) else \
+            list(Xd.to_delayed().ravel())
+        for addr, (lo, hi, r0, r1) in zip(addresses, shares):
+            idx = [i for i in range(len(bounds) - 1) if r0 <= bounds[i] < r1]
+            for i in idx:
+                if blocks is None:  # in memory here: sent once, straight to its worker
+                    [self.futures[i]] = self.client.scatter([np.ascontiguousarray(X[bounds[i]:bounds[i + 1]])],
+                                                            workers=[addr], direct=True, hash=False)
+                else:
+                    self.futures[i] = self.client.compute(blocks[i], workers=[addr], allow_other_workers=False)
+            self.ranges.append((addr, lo, hi, r0, r1, idx))
         distributed.wait(self.futures)
         bad = [f for f in self.futures if f.status != "finished"]
         if bad:
             bad[0].result()  # raise the worker's error (e.g. an unreadable shard)
+        self._held = None  # (centre, futures of each worker's float32 rows)
 
     @classmethod
     def open(cls, X, client=None, *, chunk_rows=None):
@@ -212,6 +277,26 @@ class DaskEmbeddings:
     @property
     def n_chunks(self):
         return len(self.futures)
+
+    def held_rows(self, center):
+        """Futures of each worker's rows as the kernel reads them (float32, centred, with the
+        ones column: ``_HeldRows``), one per entry of ``ranges``; made on the workers from
+        their chunks the first time a centre is asked for, and kept."""
+        center = np.asarray(center, dtype=np.float32)
+        if self._held is not None and np.array_equal(self._held[0], center):
+            return self._held[1]
+        self._held = None
+        held = []
+        for addr, lo, hi, r0, r1, idx in self.ranges:
+            held.append(self.client.submit(_HeldRows, center, r0, lo, hi, *[self.futures[i] for i in idx],
+                                           workers=[addr], allow_other_workers=False, pure=False))
+        _, distributed = _import_dask()
+        distributed.wait(held)
+        for f in held:
+            if f.status != "finished":
+                f.result()
+        self._held = (center.copy(), held)
+        return held
 
     def pieces(self, rows):
         """Futures of ``X[rows]`` (``rows`` sorted global indices), one task per chunk touched,
@@ -235,7 +320,7 @@ class DaskEmbeddings:
 
     def __repr__(self):
         return (f"DaskEmbeddings(shape={self.shape}, dtype={self.dtype}, chunks={self.n_chunks}, "
-                f"{self.nbytes / 1e6:.1f} MB on the cluster)")
+                f"workers={len(self.ranges)}, {self.nbytes / 1e6:.1f} MB on the cluster)")
 
 
 def _slice_rows(chunk, start, stop):
@@ -306,63 +391,125 @@ def _worker_threads(n_threads):
         return 1
 
 
-def _train_task(center, positions, codes, member, coef, n_classes, C, loss, options, n_threads, precond,
-                *pieces):
-    raw = _stack(pieces)
-    Xa = gather_rows(raw, np.arange(raw.shape[0]), center,
-                     kernel.empty_rows(raw.shape[0], raw.shape[1] + 1))
-    coef, info = kernel.train_models(Xa, codes, member, n_classes, C=C, loss=loss, coef=coef,
-                                     positions=positions, precond=precond, options=options,
-                                     n_threads=_worker_threads(n_threads))
-    return coef, info["n_iter"], info["status"]
+class _HeldRows:
+    """A worker's rows of X as the kernel reads them, for the whole run: float32, centred,
+    with the ones column, 64-byte aligned with the kernel's padded stride (``kernel.empty_rows``),
+    the same values ``data.gather_rows`` writes locally.  Rows ``first`` ... of X, reduction
+    leaves [leaf_lo, leaf_hi)."""
+
+    def __init__(self, center, first, leaf_lo, leaf_hi, *chunks):
+        n = sum(c.shape[0] for c in chunks)
+        d = chunks[0].shape[1] if chunks else center.size
+        self.rows = kernel.empty_rows(n, d + 1)
+        at = 0
+        for c in chunks:
+            gather_rows(c, np.arange(c.shape[0]), center, self.rows[at:at + c.shape[0]])
+            at += c.shape[0]
+        self.first, self.leaf_lo, self.leaf_hi = int(first), int(leaf_lo), int(leaf_hi)
+
+    def __sizeof__(self):  # what dask counts as this worker's data
+        return int(self.rows.base.nbytes if self.rows.base is not None else self.rows.nbytes)
 
 
-def _predict_task(chunk, W, local, codes, heldout, center, n_classes, want_proba, n_threads):
-    n = local.size
-    Xa = gather_rows(chunk, local, center, kernel.empty_rows(n, chunk.shape[1] + 1))
-    seen = np.zeros(n, dtype=np.int32)
-    correct = np.zeros(n, dtype=np.int32)
-    prob_label = np.zeros(n, dtype=np.float64)
-    proba = np.zeros((n, n_classes), dtype=np.float64) if want_proba else None
-    kernel.predict_accumulate(Xa, codes, heldout, W, n_classes, seen, correct, prob_label, proba,
+class _PhaseRows:
+    """One phase on a worker's held rows: the active rows' labels and member lists, the
+    reduction layout (inactive rows stay where they are and train no model)."""
+
+    def __init__(self, held, active_bits, member_bits, n_models, codes, first_position, group_rows):
+        n = held.rows.shape[0]
+        act = np.unpackbits(active_bits, count=n).view(bool)
+        idx = np.flatnonzero(act)
+        member = np.zeros((n, n_models), dtype=np.uint8)
+        if idx.size:
+            member[idx] = np.unpackbits(member_bits, axis=1, count=n_models)
+        y = np.zeros(n, dtype=np.int32)
+        y[idx] = codes
+        # an inactive row takes the position of the next active row: every row block keeps
+        # its active rows (the local engine's blocks), inactive rows add nothing
+        positions = first_position + np.cumsum(act) - act
+        leaves = (held.first + np.arange(n, dtype=np.int64)) // group_rows
+        self.held, self.active_rows, self.member = held, idx, member
+        self.sums = kernel.MemberRows(held.rows, y, member, positions, leaves)
+
+    def evaluate(self, models, W, scale, loss, n_threads):
+        return self.sums.sums(models, W, scale, loss, (self.held.leaf_lo, self.held.leaf_hi),
                               _worker_threads(n_threads))
-    return seen, correct, prob_label, proba
+
+    def predict(self, W, n_classes, want_proba, n_threads):
+        idx = self.active_rows
+        n = idx.size
+        seen = np.zeros(n, dtype=np.int32)
+        correct = np.zeros(n, dtype=np.int32)
+        prob_label = np.zeros(n, dtype=np.float64)
+        proba = np.zeros((n, n_classes), dtype=np.float64) if want_proba else None
+        if n:
+            lo, hi = int(idx[0]), int(idx[-1]) + 1
+            if hi - lo == n:  # the active rows are one run: a view, no copy
+                Xa = self.held.rows[lo:hi]
+            else:
+                Xa = kernel.empty_rows(n, self.held.rows.shape[1])
+                np.take(self.held.rows, idx, axis=0, out=Xa)
+            heldout = np.subtract(1, self.member[idx], dtype=np.uint8)
+            kernel.predict_accumulate(Xa, self.sums.y[idx], heldout, W, n_classes, seen, correct, prob_label,
+                                      proba, _worker_threads(n_threads))
+        small = np.uint8 if W.shape[1] // n_classes < 256 else np.int32
+        return seen.astype(small), correct.astype(small), prob_label, proba
+
+
+def _phase_rows(held, *args):
+    return _PhaseRows(held, *args)
+
+
+def _evaluate(phase, payload, loss, n_threads):
+    models, W, scale = payload
+    return phase.evaluate(models, W, scale, loss, n_threads)
+
+
+def _predict(phase, W, n_classes, want_proba, n_threads):
+    return phase.predict(W, n_classes, want_proba, n_threads)
+
+
+def _sample_rows(held, local):
+    return np.ascontiguousarray(held.rows[local])
+
+
+def _nodes_nbytes(nodes):
+    return sum(values.nbytes + 16 for _, _, values in nodes)
+
+
+def _small_codes(codes, n_classes):
+    return codes.astype(np.uint8 if n_classes <= 256 else np.int32)
 
 
 @dataclass
 class DaskPhaseScores(engine.PhaseScores):
-    """:class:`engine.PhaseScores` plus the bytes the phase moved (see ``bytes_moved``).
+    """:class:`engine.PhaseScores` plus the bytes the phase moved between processes.
 
-    ``bytes_moved`` keys: ``train_rows`` (training rows cut from the chunks and sent to the
-    training workers, raw dtype; an upper bound: pieces already on the training worker are
-    not sent), ``train_rows_remote`` (the part cut from chunks that were not on the worker
-    that trained the block, so that crossed between workers), ``train_inputs``
-    (labels, membership, positions and warm start sent with each block), ``coef_back``,
-    ``weights_broadcast`` (W to every worker), ``predict_inputs`` (row indices, labels and the
-    held-out mask of every chunk's active rows), ``counts_back`` (seen, correct, prob_label;
-    plus the probabilities when requested) and ``total``.
+    ``bytes_moved`` keys (measured: the ``nbytes`` of the arrays sent): ``phase_inputs``
+    (each worker's active-row mask, member bits and labels, once per phase),
+    ``precond_rows`` (the preconditioner's sample rows, to the client), ``weights_out``
+    (every round: the running models' trial weights, to every worker), ``sums_back`` (every
+    round: each worker's partial sums of loss and gradient), ``predict_weights`` (the phase's
+    weights, to every worker), ``counts_back`` (per active row: seen, correct, summed
+    probability of the label; the summed probabilities when asked for) and ``total``.
+    ``rounds`` counts the solver rounds (evaluations of the running models).
     """
 
     bytes_moved: dict = field(default_factory=dict)
-
-
-def _split_blocks(blocks, min_blocks):
-    """Split blocks (largest first) until there are ``min_blocks`` of them; never changes results."""
-    blocks = [list(b) for b in blocks]
-    while len(blocks) < min_blocks:
-        i = max(range(len(blocks)), key=lambda j: len(blocks[j]))
-        if len(blocks[i]) < 2:
-            break
-        b = blocks.pop(i)
-        half = (len(b) + 1) // 2
-        blocks[i:i] = [b[:half], b[half:]]
-    return blocks
+    rounds: int = 0
 
 
 def score_phase_dask(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="ce",
                      loss_params=None, options=None, max_memory=None, n_threads=None,
-                     warm_coef=None, proba_sum=None, on_block=None, client=None, min_blocks=None):
-    """``engine.score_phase`` on a dask cluster: the same PhaseScores, bitwise.
+                     warm_coef=None, proba_sum=None, on_block=None, client=None):
+    """``engine.score_phase`` on a dask cluster, data-parallel: the same PhaseScores, bitwise.
+
+    X's rows stay on the workers that hold them (:class:`DaskEmbeddings`).  The solver runs
+    here (``kernel.train_models_with``); in every round each worker computes, for the models
+    still running, the partial sums of loss and gradient over its own rows (whole reduction
+    groups, ``kernel.MemberRows``), and they are added here by the reduction tree
+    (``kernel.combine_nodes``) into the bits the local engine's pass adds up.  Prediction
+    sends the weights to every worker and takes back per-row counts.
 
     Parameters
     ----------
@@ -371,17 +518,13 @@ def score_phase_dask(X, codes, active, center, train_pos, *, n_classes, C=1.0, l
     codes, active, center, train_pos, n_classes, C, loss, loss_params, options, warm_coef :
         as in :func:`aflite_fast.engine.score_phase`
     max_memory : int or str, optional
-        Budget of one worker's training scratch (blocks of partitions are planned with it as
-        in the local engine).
+        Budget of the preconditioner's building here (as in the local engine).
     n_threads : int, optional
         Kernel threads inside each task; None uses each worker's thread count.
     proba_sum : ndarray (n_active, C) float64, optional; receives summed held-out probabilities
-    on_block : callable, optional; called after each trained block
+    on_block : callable, optional; called after training and after prediction
     client : distributed.Client, optional
         Default: the client ``X`` was opened with.
-    min_blocks : int, optional
-        Split the partitions into at least this many blocks so that several workers train at
-        once (default: the number of workers).  More blocks gather more rows in total.
 
     Returns
     -------
@@ -399,98 +542,98 @@ def score_phase_dask(X, codes, active, center, train_pos, *, n_classes, C=1.0, l
     codes = np.asarray(codes, dtype=np.int32)
     center = np.asarray(center, dtype=np.float32)
     n_active = active.size
-    m = train_pos.shape[0]
+    m, t = train_pos.shape
     d = X.shape[1]
     D = d + 1
-    item = X.dtype.itemsize
-    if min_blocks is None:
-        min_blocks = max(1, len(client.nthreads()))
-    member = membership_matrix(train_pos, n_active, np.empty((n_active, m), dtype=np.uint8))
-    blocks = _split_blocks(engine.plan_blocks(member, budget, d, n_classes, options.history), min_blocks)
-    coef = (np.zeros((m, D, n_classes)) if warm_coef is None else np.array(warm_coef, dtype=np.float64))
-    n_iter = np.zeros(m, dtype=np.int32)
-    status = np.zeros(m, dtype=np.int32)
     Ck = engine.kernel_C(C, n_classes)
-    moved = dict.fromkeys(["train_rows", "train_rows_remote", "precond_rows", "train_inputs", "coef_back",
-                           "weights_broadcast", "predict_inputs", "counts_back"], 0)
+    moved = dict.fromkeys(["phase_inputs", "precond_rows", "weights_out", "sums_back", "predict_weights",
+                           "counts_back"], 0)
     t0 = time.perf_counter()
-    # where each chunk lives before this phase copies any of it (for train_rows_remote)
-    holders = client.who_has(X.futures)
-    chunk_home = [set(holders.get(f.key, ())) for f in X.futures]
-    center_f = client.scatter(center, broadcast=True, hash=False)
+    held = X.held_rows(center)
+    member = membership_matrix(train_pos, n_active, np.empty((n_active, m), dtype=np.uint8))
+    group_rows = kernel.reduction_group_rows(X.shape[0])
+    cuts = []
+    phases = []
+    for (addr, lo, hi, r0, r1, _), h in zip(X.ranges, held):
+        a, b = (int(v) for v in np.searchsorted(active, [r0, r1]))
+        mask = np.zeros(r1 - r0, dtype=bool)
+        mask[active[a:b] - r0] = True
+        inputs = (np.packbits(mask), np.packbits(member[a:b], axis=1), m,
+                  _small_codes(codes[active[a:b]], n_classes), a, group_rows)
+        moved["phase_inputs"] += sum(v.nbytes for v in inputs if isinstance(v, np.ndarray))
+        phases.append(client.submit(_phase_rows, h, *inputs, workers=[addr], allow_other_workers=False,
+                                    pure=False))
+        cuts.append((a, b, addr))
     precond = None
+    seconds = {}
     if options.precondition:
-        def read_rows(rows):
-            raw = _stack(client.gather([f for f, _, _ in X.pieces(rows)]))
-            return gather_rows(raw, np.arange(rows.size), center,
-                               np.empty((rows.size, D), dtype=np.float32))
+        form = engine.phase_preconditioner_form(n_active, d, budget)
 
-        form = kernel.preconditioner_forms(n_active, D)[0]
-        precond = engine.phase_preconditioner(read_rows, active, d, n_classes, Ck,
-                                              train_pos.shape[1], _worker_threads(n_threads), form=form)
-        moved["precond_rows"] = int(kernel.preconditioner_sample(n_active, D, form).size) * d * item
-    precond_f = None if precond is None else client.scatter(precond, broadcast=True, hash=False)
-    jobs = []
-    for block in blocks:
-        bm = member[:, block]
-        union = np.flatnonzero(bm.any(axis=1))
-        rows = active[union]
-        pieces = X.pieces(rows)
-        member_b = np.ascontiguousarray(bm[union])
-        codes_b = codes[rows]
-        coef_b = np.ascontiguousarray(coef[block])
-        fut = client.submit(_train_task, center_f, union, codes_b, member_b, coef_b, n_classes, Ck, spec,
-                            options, n_threads, precond_f, *[f for f, _, _ in pieces], pure=False)
-        moved["train_rows"] += union.size * d * item
-        moved["train_inputs"] += union.nbytes + codes_b.nbytes + member_b.nbytes + coef_b.nbytes
-        moved["coef_back"] += coef_b.nbytes + 8 * len(block)
-        jobs.append((block, fut, pieces))
-    for block, fut, pieces in jobs:
-        coef_b, it, st = fut.result()
-        coef[block] = coef_b
-        n_iter[block] = it
-        status[block] = st
-        home = set(client.who_has([fut]).get(fut.key, ()))  # the worker that trained the block
-        for f, n_rows, i in pieces:
-            if not home & chunk_home[i]:
-                moved["train_rows_remote"] += n_rows * d * item
-        if on_block is not None:
-            on_block()
-    del jobs
+        def read_rows(rows):
+            futs = []
+            for (addr, lo, hi, r0, r1, _), h in zip(X.ranges, held):
+                a, b = (int(v) for v in np.searchsorted(rows, [r0, r1]))
+                if b > a:
+                    futs.append(client.submit(_sample_rows, h, rows[a:b] - r0, workers=[addr], pure=False))
+            parts = client.gather(futs)
+            moved["precond_rows"] += sum(p.nbytes for p in parts)
+            return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+        p0 = time.perf_counter()
+        precond = engine.phase_preconditioner(read_rows, active, d, n_classes, Ck, t, 1,
+                                              engine.preconditioner_chunk_rows(budget, d), form)
+        seconds["preconditioner"] = time.perf_counter() - p0
+    coef = (np.zeros((m, D, n_classes)) if warm_coef is None else np.array(warm_coef, dtype=np.float64))
+    n_workers = len(phases)
+    rounds = 0
+    round_seconds = []
+
+    def evaluate(models, W, scale, loss_spec):
+        nonlocal rounds
+        r0_ = time.perf_counter()
+        [payload] = client.scatter([(models, W, scale)], broadcast=True, direct=True, hash=False)
+        moved["weights_out"] += (models.nbytes + W.nbytes + scale.nbytes) * n_workers
+        futs = [client.submit(_evaluate, ph, payload, loss_spec, n_threads, workers=[addr], pure=False)
+                for ph, (_, _, addr) in zip(phases, cuts)]
+        nodes = []
+        for part in client.gather(futs):
+            moved["sums_back"] += _nodes_nbytes(part)
+            nodes.extend(part)
+        rounds += 1
+        round_seconds.append(time.perf_counter() - r0_)
+        return kernel.combine_nodes(nodes)
+
+    n_rows = member.sum(axis=0, dtype=np.int64)
+    coef, info = kernel.train_models_with(evaluate, n_rows, D, n_classes, C=Ck, loss=spec, coef=coef,
+                                          precond=precond, options=options,
+                                          n_threads=1 if n_threads is None else int(n_threads))
+    if on_block is not None:
+        on_block()
     t1 = time.perf_counter()
     W = kernel.stack_weights(coef)
-    n_workers = max(1, len(client.nthreads()))
-    W_f = client.scatter(W, broadcast=True, hash=False)
-    moved["weights_broadcast"] = W.nbytes * n_workers
-    cut = np.searchsorted(active, X.offsets)
-    futs = []
-    for i in range(X.n_chunks):
-        a, b = int(cut[i]), int(cut[i + 1])
-        if b == a:
-            continue
-        local = active[a:b] - X.offsets[i]
-        heldout = np.ascontiguousarray(1 - member[a:b])
-        codes_c = codes[active[a:b]]
-        futs.append((a, b, client.submit(_predict_task, X.futures[i], W_f, local, codes_c, heldout, center_f,
-                                         n_classes, proba_sum is not None, n_threads, pure=False)))
-        moved["predict_inputs"] += local.nbytes + codes_c.nbytes + heldout.nbytes
+    W_f = client.scatter(W, broadcast=True, direct=True, hash=False)
+    moved["predict_weights"] = W.nbytes * n_workers
+    futs = [client.submit(_predict, ph, W_f, n_classes, proba_sum is not None, n_threads, workers=[addr],
+                          pure=False) for ph, (_, _, addr) in zip(phases, cuts)]
     seen = np.zeros(n_active, dtype=np.int32)
     correct = np.zeros(n_active, dtype=np.int32)
     prob_label = np.zeros(n_active, dtype=np.float64)
-    for a, b, f in futs:
-        s, c, p, proba = f.result()
-        seen[a:b], correct[a:b], prob_label[a:b] = s, c, p
-        moved["counts_back"] += s.nbytes + c.nbytes + p.nbytes
+    for (a, b, _), f in zip(cuts, futs):
+        s_, c_, p_, proba = f.result()
+        seen[a:b], correct[a:b], prob_label[a:b] = s_, c_, p_
+        moved["counts_back"] += s_.nbytes + c_.nbytes + p_.nbytes
         if proba is not None:
             proba_sum[a:b] += proba
             moved["counts_back"] += proba.nbytes
+    del futs, phases
+    if on_block is not None:
+        on_block()
     t2 = time.perf_counter()
-    moved["center_broadcast"] = center.nbytes * n_workers
-    moved["total"] = sum(v for k, v in moved.items() if k != "train_rows_remote")
-    extra = {"n_chunks": len(futs)} if "n_chunks" in engine.PhaseScores.__dataclass_fields__ else {}
-    return DaskPhaseScores(seen=seen, correct=correct, prob_label=prob_label, coef=coef, n_iter=n_iter,
-                           status=status, n_blocks=len(blocks),
-                           seconds={"train": t1 - t0, "predict": t2 - t1}, bytes_moved=moved, **extra)
+    moved["total"] = sum(moved.values())
+    seconds.update(train=t1 - t0, predict=t2 - t1, rounds=float(np.sum(round_seconds)))
+    return DaskPhaseScores(seen=seen, correct=correct, prob_label=prob_label, coef=coef, n_iter=info["n_iter"],
+                           status=info["status"], n_blocks=1, seconds=seconds, n_chunks=n_workers,
+                           n_eval=info["n_eval"], bytes_moved=moved, rounds=rounds)
 
 
 # ----------------------------------------------------------------------------- CLI helpers
@@ -537,20 +680,3 @@ def close_client(client):
     client.close()
     if cluster is not None:
         cluster.close()
-
-
-def filter_on_cluster(scheduler, X, y, *, chunk_rows=None, **aflite_kwargs):
-    """What ``aflite-fast filter --scheduler ADDRESS`` runs.
-
-    Connects to ``scheduler`` (see :func:`connect`), puts X on the cluster (a ``.npy`` path,
-    a list of ``.npy`` shards, a ``.zarr`` path, an ndarray or a dask array; see
-    :func:`as_dask_array`), runs :func:`aflite_fast.aflite` with ``backend="dask"`` and
-    returns its AFLiteResult.  The client is closed afterwards, also after an error.
-    """
-    from .algorithm import aflite
-    client = connect(scheduler)
-    try:
-        Xd = DaskEmbeddings(X, client, chunk_rows=chunk_rows)
-        return aflite(Xd, y, backend="dask", **aflite_kwargs)
-    finally:
-        close_client(client)
