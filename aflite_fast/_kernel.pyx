@@ -1100,7 +1100,7 @@ def member_eval_tree(const float[:, :] X,             # IN  (n, D) rows with a t
     while span > 1:
         span >>= 1
         max_nodes += 2
-    nodes = np.zeros((max_nodes, nA, stride), dtype=np.float64)
+    nodes = np.empty((max_nodes, nA, stride), dtype=np.float64)
     level = np.zeros(max_nodes, dtype=np.int64)
     index = np.zeros(max_nodes, dtype=np.int64)
     cdef double[:, :, ::1] nv = nodes

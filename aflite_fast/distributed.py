@@ -412,10 +412,11 @@ class _HeldRows:
 
 
 class _PhaseRows:
-    """One phase on a worker's held rows: the active rows' labels and member lists, the
-    reduction layout (inactive rows stay where they are and train no model)."""
+    """One phase on a worker's held rows (a dask actor: the client calls it directly, without
+    the scheduler): the active rows' labels and member lists and the reduction layout
+    (inactive rows stay where they are and train no model)."""
 
-    def __init__(self, held, active_bits, member_bits, n_models, codes, first_position, group_rows):
+    def __init__(self, held, active_bits, member_bits, n_models, codes, first_position, group_rows, n_threads):
         n = held.rows.shape[0]
         act = np.unpackbits(active_bits, count=n).view(bool)
         idx = np.flatnonzero(act)
@@ -430,12 +431,16 @@ class _PhaseRows:
         leaves = (held.first + np.arange(n, dtype=np.int64)) // group_rows
         self.held, self.active_rows, self.member = held, idx, member
         self.sums = kernel.MemberRows(held.rows, y, member, positions, leaves)
+        self.n_threads = _worker_threads(n_threads)
 
-    def evaluate(self, models, W, scale, loss, n_threads):
-        return self.sums.sums(models, W, scale, loss, (self.held.leaf_lo, self.held.leaf_hi),
-                              _worker_threads(n_threads))
+    def evaluate(self, models, W, scale, loss):
+        """(partial sums of the worker's subtrees, seconds of the member pass)."""
+        t0 = time.perf_counter()
+        nodes = self.sums.sums(models, W, scale, loss, (self.held.leaf_lo, self.held.leaf_hi), self.n_threads)
+        return nodes, time.perf_counter() - t0
 
-    def predict(self, W, n_classes, want_proba, n_threads):
+    def predict(self, W, n_classes, want_proba):
+        """Per active row: held-out predictions seen and correct, summed probability of the label."""
         idx = self.active_rows
         n = idx.size
         seen = np.zeros(n, dtype=np.int32)
@@ -451,22 +456,9 @@ class _PhaseRows:
                 np.take(self.held.rows, idx, axis=0, out=Xa)
             heldout = np.subtract(1, self.member[idx], dtype=np.uint8)
             kernel.predict_accumulate(Xa, self.sums.y[idx], heldout, W, n_classes, seen, correct, prob_label,
-                                      proba, _worker_threads(n_threads))
+                                      proba, self.n_threads)
         small = np.uint8 if W.shape[1] // n_classes < 256 else np.int32
         return seen.astype(small), correct.astype(small), prob_label, proba
-
-
-def _phase_rows(held, *args):
-    return _PhaseRows(held, *args)
-
-
-def _evaluate(phase, payload, loss, n_threads):
-    models, W, scale = payload
-    return phase.evaluate(models, W, scale, loss, n_threads)
-
-
-def _predict(phase, W, n_classes, want_proba, n_threads):
-    return phase.predict(W, n_classes, want_proba, n_threads)
 
 
 def _sample_rows(held, local):
@@ -492,7 +484,10 @@ class DaskPhaseScores(engine.PhaseScores):
     round: each worker's partial sums of loss and gradient), ``predict_weights`` (the phase's
     weights, to every worker), ``counts_back`` (per active row: seen, correct, summed
     probability of the label; the summed probabilities when asked for) and ``total``.
-    ``rounds`` counts the solver rounds (evaluations of the running models).
+    ``rounds`` counts the solver rounds (evaluations of the running models); ``seconds``
+    adds to the engine's ``rounds`` (wall time of the rounds, as the client sees them) and
+    ``rounds_compute`` (the slowest worker's member pass, summed over the rounds): their
+    difference is the rounds' communication and scheduling.
     """
 
     bytes_moved: dict = field(default_factory=dict)
@@ -561,9 +556,11 @@ def score_phase_dask(X, codes, active, center, train_pos, *, n_classes, C=1.0, l
         inputs = (np.packbits(mask), np.packbits(member[a:b], axis=1), m,
                   _small_codes(codes[active[a:b]], n_classes), a, group_rows)
         moved["phase_inputs"] += sum(v.nbytes for v in inputs if isinstance(v, np.ndarray))
-        phases.append(client.submit(_phase_rows, h, *inputs, workers=[addr], allow_other_workers=False,
-                                    pure=False))
+        phases.append(client.submit(_PhaseRows, h, *inputs, n_threads, workers=[addr], allow_other_workers=False,
+                                    pure=False, actor=True))
         cuts.append((a, b, addr))
+    actor_futures = phases  # the actors live as long as their futures
+    phases = [f.result() for f in actor_futures]
     precond = None
     seconds = {}
     if options.precondition:
@@ -586,19 +583,19 @@ def score_phase_dask(X, codes, active, center, train_pos, *, n_classes, C=1.0, l
     coef = (np.zeros((m, D, n_classes)) if warm_coef is None else np.array(warm_coef, dtype=np.float64))
     n_workers = len(phases)
     rounds = 0
-    round_seconds = []
+    round_seconds, compute_seconds = [], []
 
     def evaluate(models, W, scale, loss_spec):
         nonlocal rounds
         r0_ = time.perf_counter()
-        [payload] = client.scatter([(models, W, scale)], broadcast=True, direct=True, hash=False)
         moved["weights_out"] += (models.nbytes + W.nbytes + scale.nbytes) * n_workers
-        futs = [client.submit(_evaluate, ph, payload, loss_spec, n_threads, workers=[addr], pure=False)
-                for ph, (_, _, addr) in zip(phases, cuts)]
-        nodes = []
-        for part in client.gather(futs):
+        calls = [ph.evaluate(models, W, scale, loss_spec) for ph in phases]
+        nodes, slowest = [], 0.0
+        for part, busy in (c.result() for c in calls):
             moved["sums_back"] += _nodes_nbytes(part)
             nodes.extend(part)
+            slowest = max(slowest, busy)
+        compute_seconds.append(slowest)
         rounds += 1
         round_seconds.append(time.perf_counter() - r0_)
         return kernel.combine_nodes(nodes)
@@ -611,10 +608,8 @@ def score_phase_dask(X, codes, active, center, train_pos, *, n_classes, C=1.0, l
         on_block()
     t1 = time.perf_counter()
     W = kernel.stack_weights(coef)
-    W_f = client.scatter(W, broadcast=True, direct=True, hash=False)
     moved["predict_weights"] = W.nbytes * n_workers
-    futs = [client.submit(_predict, ph, W_f, n_classes, proba_sum is not None, n_threads, workers=[addr],
-                          pure=False) for ph, (_, _, addr) in zip(phases, cuts)]
+    futs = [ph.predict(W, n_classes, proba_sum is not None) for ph in phases]
     seen = np.zeros(n_active, dtype=np.int32)
     correct = np.zeros(n_active, dtype=np.int32)
     prob_label = np.zeros(n_active, dtype=np.float64)
@@ -625,12 +620,13 @@ def score_phase_dask(X, codes, active, center, train_pos, *, n_classes, C=1.0, l
         if proba is not None:
             proba_sum[a:b] += proba
             moved["counts_back"] += proba.nbytes
-    del futs, phases
+    del futs, phases, actor_futures
     if on_block is not None:
         on_block()
     t2 = time.perf_counter()
     moved["total"] = sum(moved.values())
-    seconds.update(train=t1 - t0, predict=t2 - t1, rounds=float(np.sum(round_seconds)))
+    seconds.update(train=t1 - t0, predict=t2 - t1, rounds=float(np.sum(round_seconds)),
+                   rounds_compute=float(np.sum(compute_seconds)))
     return DaskPhaseScores(seen=seen, correct=correct, prob_label=prob_label, coef=coef, n_iter=info["n_iter"],
                            status=info["status"], n_blocks=1, seconds=seconds, n_chunks=n_workers,
                            n_eval=info["n_eval"], bytes_moved=moved, rounds=rounds)
