@@ -434,9 +434,14 @@ class _PhaseRows:
         self.n_threads = _worker_threads(n_threads)
 
     def evaluate(self, models, W, scale, loss):
-        """(partial sums of the worker's subtrees, seconds of the member pass)."""
+        """(partial sums of the worker's subtrees, seconds of the member pass); W and the sums
+        without the class rows' padding."""
         t0 = time.perf_counter()
-        nodes = self.sums.sums(models, W, scale, loss, (self.held.leaf_lo, self.held.leaf_hi), self.n_threads)
+        nA, C, D = W.shape
+        Wp = np.zeros((nA, C, kernel._kernel.member_width(D)), dtype=np.float32)
+        Wp[:, :, :D] = W
+        nodes = self.sums.sums(models, Wp, scale, loss, (self.held.leaf_lo, self.held.leaf_hi), self.n_threads)
+        nodes = [(level, index, _unpad_sums(values, C, D)) for level, index, values in nodes]
         return nodes, time.perf_counter() - t0
 
     def predict(self, W, n_classes, want_proba):
@@ -459,6 +464,26 @@ class _PhaseRows:
                                       proba, self.n_threads)
         small = np.uint8 if W.shape[1] // n_classes < 256 else np.int32
         return seen.astype(small), correct.astype(small), prob_label, proba
+
+
+def _unpad_sums(sums, n_classes, D, inverse=False):
+    """Sums (models, C * member_width(D) + 1) without the class rows' padding (zero), as
+    (models, C * D + 1); ``inverse``: back to the padded layout."""
+    Dp = kernel._kernel.member_width(D)
+    nA = sums.shape[0]
+    if inverse:
+        out = np.zeros((nA, n_classes * Dp + 1))
+        out[:, :-1].reshape(nA, n_classes, Dp)[:, :, :D] = sums[:, :-1].reshape(nA, n_classes, D)
+    else:
+        out = np.empty((nA, n_classes * D + 1))
+        out[:, :-1].reshape(nA, n_classes, D)[:] = sums[:, :-1].reshape(nA, n_classes, Dp)[:, :, :D]
+    out[:, -1] = sums[:, -1]
+    return out
+
+
+def _build_preconditioner(n_classes, l2, form, *parts):
+    rows = parts[0] if len(parts) == 1 else np.concatenate(parts)
+    return kernel.preconditioner(rows, n_classes, l2, 1, form=form)
 
 
 def _sample_rows(held, local):
@@ -566,19 +591,24 @@ def score_phase_dask(X, codes, active, center, train_pos, *, n_classes, C=1.0, l
     if options.precondition:
         form = engine.phase_preconditioner_form(n_active, d, budget)
 
-        def read_rows(rows):
-            futs = []
-            for (addr, lo, hi, r0, r1, _), h in zip(X.ranges, held):
-                a, b = (int(v) for v in np.searchsorted(rows, [r0, r1]))
-                if b > a:
-                    futs.append(client.submit(_sample_rows, h, rows[a:b] - r0, workers=[addr], pure=False))
-            parts = client.gather(futs)
-            moved["precond_rows"] += sum(p.nbytes for p in parts)
-            return parts[0] if len(parts) == 1 else np.concatenate(parts)
-
         p0 = time.perf_counter()
-        precond = engine.phase_preconditioner(read_rows, active, d, n_classes, Ck, t, 1,
-                                              engine.preconditioner_chunk_rows(budget, d), form)
+        # built on the worker holding most of the sample's rows: the others send it theirs,
+        # and the preconditioner (D x D at most) comes here
+        sample = active[kernel.preconditioner_sample(n_active, D, form)]
+        futs, counts = [], []
+        for (addr, lo, hi, r0, r1, _), h in zip(X.ranges, held):
+            a, b = (int(v) for v in np.searchsorted(sample, [r0, r1]))
+            if b > a:
+                futs.append(client.submit(_sample_rows, h, sample[a:b] - r0, workers=[addr], pure=False))
+                counts.append((b - a, addr))
+        if futs:
+            _, home = max(counts)
+            moved["precond_rows"] += sum(c for c, addr in counts if addr != home) * D * 4
+            precond = client.submit(_build_preconditioner, n_classes, 1.0 / (Ck * t), form, *futs,
+                                    workers=[home], pure=False).result()
+        else:
+            precond = kernel.preconditioner(np.zeros((0, D), np.float32), n_classes, 1.0 / (Ck * t), form=form)
+        moved["precond_rows"] += precond.nbytes
         seconds["preconditioner"] = time.perf_counter() - p0
     coef = (np.zeros((m, D, n_classes)) if warm_coef is None else np.array(warm_coef, dtype=np.float64))
     n_workers = len(phases)
@@ -588,6 +618,7 @@ def score_phase_dask(X, codes, active, center, train_pos, *, n_classes, C=1.0, l
     def evaluate(models, W, scale, loss_spec):
         nonlocal rounds
         r0_ = time.perf_counter()
+        W = np.ascontiguousarray(W[:, :, :D])  # the class rows' padding is zero: not sent
         moved["weights_out"] += (models.nbytes + W.nbytes + scale.nbytes) * n_workers
         calls = [ph.evaluate(models, W, scale, loss_spec) for ph in phases]
         nodes, slowest = [], 0.0
@@ -598,7 +629,7 @@ def score_phase_dask(X, codes, active, center, train_pos, *, n_classes, C=1.0, l
         compute_seconds.append(slowest)
         rounds += 1
         round_seconds.append(time.perf_counter() - r0_)
-        return kernel.combine_nodes(nodes)
+        return _unpad_sums(kernel.combine_nodes(nodes), n_classes, D, inverse=True)
 
     n_rows = member.sum(axis=0, dtype=np.int64)
     coef, info = kernel.train_models_with(evaluate, n_rows, D, n_classes, C=Ck, loss=spec, coef=coef,
