@@ -31,7 +31,7 @@ from . import engine, kernel
 from ._memory import parse_memory
 from .io.arrayfile import open_array_file
 from ._rows import membership_matrix
-from .data import check_dtype, gather_rows, scan_block, scan_chunk_rows
+from .data import GATHER_CHUNK_BYTES, check_dtype, gather_rows, scan_block, scan_chunk_rows
 from .io.fingerprint import block_digests
 from .losses import resolve_loss
 
@@ -185,6 +185,25 @@ def as_dask_array(X, *, chunk_rows=None, row_bounds=None):
     return X
 
 
+def _file_source(X):
+    """(path, offset, dtype, shape) of X when it is one file the workers can read (a ``.npy``
+    path or a file-backed memmap), else None."""
+    if isinstance(X, (str, os.PathLike)) and not os.path.isdir(X) and os.fspath(X).endswith(".npy"):
+        X = open_array_file(os.fspath(X), "embeddings")
+    if isinstance(X, np.memmap) and X.ndim == 2 and _memmap_source(X) is not None:
+        path, offset = _memmap_source(X)
+        return path, offset, X.dtype, X.shape
+    return None
+
+
+def _read_file_rows(file, start, stop):
+    """Rows [start, stop) of X read from its file (no memory map kept)."""
+    path, offset, dtype, shape = file
+    d = shape[1]
+    rows = np.fromfile(path, dtype=dtype, count=(stop - start) * d, offset=offset + start * d * dtype.itemsize)
+    return rows.reshape(stop - start, d)
+
+
 def _worker_addresses(client):
     """The cluster's workers (addresses, sorted) and their thread counts."""
     info = client.scheduler_info()["workers"]
@@ -211,18 +230,21 @@ def leaf_ranges(n_rows, n_workers):
 
 
 class DaskEmbeddings:
-    """X held in the memory of a dask cluster as row chunks (futures), for the whole run.
+    """X held in the memory of a dask cluster, for the whole run.
 
-    Rows are shared out among the workers in whole reduction groups (:func:`leaf_ranges`):
-    worker i loads the chunks of its rows (from the file, or sent once from here) and keeps
-    them; every phase computes on them where they are.  Chunks are at most ``chunk_rows``
-    rows (default: 64 MiB of rows) and never span two workers' rows.
+    Rows are shared out among the workers in whole reduction groups (:func:`leaf_ranges`);
+    each worker keeps its rows as the kernel reads them (float32, centred, with the ones
+    column: :meth:`held_rows`, made once the centre is known) and every phase computes on
+    them where they are.  A ``.npy`` file or a file-backed memmap is read by the workers
+    straight from the file (the scan, then their rows, a piece at a time): a worker never
+    holds more than its share.  Other sources are loaded as row chunks (sent once from
+    here, or computed by the workers) that are let go once the rows are held.
 
     Attributes
     ----------
     client : distributed.Client
-    futures : list of Future, one per row chunk (ndarray of shape (rows, d)), each pinned to
-        its worker
+    futures : list of Future, one per row chunk (ndarray of shape (rows, d)), each on its
+        worker; loaded when asked for
     offsets : ndarray of int64, first row of every chunk, then N
     shape, dtype : of X
     ranges : list of (worker address, leaf_lo, leaf_hi, row_lo, row_hi, chunk indices)
@@ -239,27 +261,42 @@ class DaskEmbeddings:
         addresses, self.worker_threads = _worker_addresses(self.client)
         shares = leaf_ranges(n, len(addresses))
         bounds = sorted(set(range(0, n, step)) | {r for *_, r0, r1 in shares for r in (r0, r1)} | {n})
-        Xd = probe if isinstance(X, np.ndarray) and not isinstance(X, np.memmap) else \
-            as_dask_array(X, chunk_rows=chunk_rows, row_bounds=bounds)
         self.offsets = np.asarray(bounds, dtype=np.int64)
         self.ranges = []
-        self.futures = [None] * (len(bounds) - 1)
-        blocks = None if isinstance(X, np.ndarray) and not isinstance(X, np.memmap) else \
-            list(Xd.to_delayed().ravel())
         for addr, (lo, hi, r0, r1) in zip(addresses, shares):
-            idx = [i for i in range(len(bounds) - 1) if r0 <= bounds[i] < r1]
+            self.ranges.append((addr, lo, hi, r0, r1, [i for i in range(len(bounds) - 1) if r0 <= bounds[i] < r1]))
+        self.file = _file_source(X)  # (path, offset, dtype, shape) when the workers read a file
+        in_memory = isinstance(X, np.ndarray) and not isinstance(X, np.memmap)
+        self._source = X if in_memory else as_dask_array(X, chunk_rows=chunk_rows, row_bounds=bounds)
+        self._futures = None
+        self._held = None  # (centre, futures of each worker's held rows)
+        if self.file is None:
+            self._load()
+
+    def _load(self):
+        """Each chunk computed (or sent from here) on the worker whose rows it holds."""
+        _, distributed = _import_dask()
+        futures = [None] * self.n_chunks
+        blocks = None if isinstance(self._source, np.ndarray) else list(self._source.to_delayed().ravel())
+        for addr, lo, hi, r0, r1, idx in self.ranges:
             for i in idx:
+                a, b = int(self.offsets[i]), int(self.offsets[i + 1])
                 if blocks is None:  # in memory here: sent once, straight to its worker
-                    [self.futures[i]] = self.client.scatter([np.ascontiguousarray(X[bounds[i]:bounds[i + 1]])],
-                                                            workers=[addr], direct=True, hash=False)
+                    [futures[i]] = self.client.scatter([np.ascontiguousarray(self._source[a:b])],
+                                                       workers=[addr], direct=True, hash=False)
                 else:
-                    self.futures[i] = self.client.compute(blocks[i], workers=[addr], allow_other_workers=False)
-            self.ranges.append((addr, lo, hi, r0, r1, idx))
-        distributed.wait(self.futures)
-        bad = [f for f in self.futures if f.status != "finished"]
+                    futures[i] = self.client.compute(blocks[i], workers=[addr], allow_other_workers=False)
+        distributed.wait(futures)
+        bad = [f for f in futures if f.status != "finished"]
         if bad:
             bad[0].result()  # raise the worker's error (e.g. an unreadable shard)
-        self._held = None  # (centre, futures of each worker's float32 rows)
+        self._futures = futures
+
+    @property
+    def futures(self):
+        if self._futures is None:
+            self._load()
+        return self._futures
 
     @classmethod
     def open(cls, X, client=None, *, chunk_rows=None):
@@ -276,7 +313,7 @@ class DaskEmbeddings:
 
     @property
     def n_chunks(self):
-        return len(self.futures)
+        return len(self.offsets) - 1
 
     def held_rows(self, center):
         """Futures of each worker's rows as the kernel reads them (float32, centred, with the
@@ -288,7 +325,8 @@ class DaskEmbeddings:
         self._held = None
         held = []
         for addr, lo, hi, r0, r1, idx in self.ranges:
-            held.append(self.client.submit(_HeldRows, center, r0, lo, hi, *[self.futures[i] for i in idx],
+            source = (self.file, r1) if self.file is not None else tuple(self.futures[i] for i in idx)
+            held.append(self.client.submit(_HeldRows, center, r0, lo, hi, source,
                                            workers=[addr], allow_other_workers=False, pure=False))
         _, distributed = _import_dask()
         distributed.wait(held)
@@ -296,6 +334,7 @@ class DaskEmbeddings:
             if f.status != "finished":
                 f.result()
         self._held = (center.copy(), held)
+        self._futures = None  # the chunks are let go: the held rows replace them
         return held
 
     def pieces(self, rows):
@@ -344,6 +383,10 @@ def _scan_block(start, n_rows, hash_rows, *pieces):
     return problem, sums, (block_digests(rows, start, n_rows) if hash_rows and problem is None else None)
 
 
+def _scan_file_block(file, start, stop, n_rows, hash_rows):
+    return _scan_block(start, n_rows, hash_rows, _read_file_rows(file, start, stop))
+
+
 def scan_rows_dask(X, progress=None, fingerprint=None):
     """``data.scan_rows`` on the cluster: checks every value is finite, returns column means.
 
@@ -363,7 +406,13 @@ def scan_rows_dask(X, progress=None, fingerprint=None):
     step = scan_chunk_rows(d, X.dtype.itemsize)
     futs = []
     for start in range(0, n, step):
-        rows = np.arange(start, min(n, start + step), dtype=np.int64)
+        stop = min(n, start + step)
+        if X.file is not None:  # read where the rows will be held, from the file
+            owner = next(r[0] for r in X.ranges if r[3] <= start < r[4])
+            futs.append(X.client.submit(_scan_file_block, X.file, start, stop, n, fingerprint is not None,
+                                        workers=[owner], pure=False))
+            continue
+        rows = np.arange(start, stop, dtype=np.int64)
         futs.append(X.client.submit(_scan_block, start, n, fingerprint is not None,
                                     *[f for f, _, _ in X.pieces(rows)], pure=False))
     total = np.zeros(d, dtype=np.float64)
@@ -395,16 +444,27 @@ class _HeldRows:
     """A worker's rows of X as the kernel reads them, for the whole run: float32, centred,
     with the ones column, 64-byte aligned with the kernel's padded stride (``kernel.empty_rows``),
     the same values ``data.gather_rows`` writes locally.  Rows ``first`` ... of X, reduction
-    leaves [leaf_lo, leaf_hi)."""
+    leaves [leaf_lo, leaf_hi); ``source`` is (file, last row + 1), read a piece at a time, or
+    the tuple of the rows' chunks."""
 
-    def __init__(self, center, first, leaf_lo, leaf_hi, *chunks):
-        n = sum(c.shape[0] for c in chunks)
-        d = chunks[0].shape[1] if chunks else center.size
-        self.rows = kernel.empty_rows(n, d + 1)
-        at = 0
-        for c in chunks:
-            gather_rows(c, np.arange(c.shape[0]), center, self.rows[at:at + c.shape[0]])
-            at += c.shape[0]
+    def __init__(self, center, first, leaf_lo, leaf_hi, source):
+        if isinstance(source, tuple) and len(source) == 2 and not isinstance(source[0], np.ndarray):
+            file, stop = source
+            d = file[3][1]
+            self.rows = kernel.empty_rows(stop - first, d + 1)
+            piece = max(1, GATHER_CHUNK_BYTES // (d * file[2].itemsize))
+            for a in range(first, stop, piece):
+                b = min(stop, a + piece)
+                raw = _read_file_rows(file, a, b)
+                gather_rows(raw, np.arange(b - a), center, self.rows[a - first:b - first])
+        else:
+            chunks = source
+            n = sum(c.shape[0] for c in chunks)
+            self.rows = kernel.empty_rows(n, (chunks[0].shape[1] if chunks else center.size) + 1)
+            at = 0
+            for c in chunks:
+                gather_rows(c, np.arange(c.shape[0]), center, self.rows[at:at + c.shape[0]])
+                at += c.shape[0]
         self.first, self.leaf_lo, self.leaf_hi = int(first), int(leaf_lo), int(leaf_hi)
 
     def __sizeof__(self):  # what dask counts as this worker's data
