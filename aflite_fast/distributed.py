@@ -216,12 +216,21 @@ def _worker_addresses(client):
 def leaf_ranges(n_rows, n_workers):
     """How the reduction groups of X (``kernel.reduction_group_rows``) are shared out:
     a list of (leaf_lo, leaf_hi, row_lo, row_hi), one per worker that holds rows, with
-    consecutive groups of about as many rows each; the last range runs to the last leaf of
-    the tree (the leaves past X's rows hold none)."""
+    consecutive groups of about as many rows each (a power of two of workers: exactly as
+    many, one whole subtree each); the last range runs to the last leaf of the tree (the
+    leaves past X's rows hold none)."""
     G = kernel.reduction_group_rows(n_rows)
     n_groups = -(-int(n_rows) // G)
     w = max(1, min(int(n_workers), n_groups))
-    cuts = [round(i * n_groups / w) for i in range(w + 1)]
+    # each cut near its even share, within a sixth of a share, where the most leaves line up
+    # with a whole subtree: fewer partial sums per round (the rounds' bytes)
+    slack = n_groups // (6 * w)
+    cuts = [0]
+    for i in range(1, w):
+        ideal = round(i * n_groups / w)
+        near = range(max(cuts[-1] + 1, ideal - slack), min(n_groups - (w - i), ideal + slack) + 1)
+        cuts.append(max(near, key=lambda c: ((c & -c), -abs(c - ideal))))
+    cuts.append(n_groups)
     out = []
     for i in range(w):
         lo, hi = cuts[i], cuts[i + 1]
