@@ -300,12 +300,15 @@ static void tree_sink(void *ctx, int64_t sb, const double *part, int64_t nA, int
     (void)nA; (void)P; (void)stride;
     while (t->g < t->ng && sb >= t->gsb[t->g + 1]) t->g++;
     double *acc = t->slot[t->depth];
-    if (sb == t->gsb[t->g]) {  /* a group starts: absent leaves before it, then its sums from zero */
+    if (sb == t->gsb[t->g]) {
+        /* a group starts: absent leaves before it, then its sums from zero: 0 + part is part
+         * (a part is sums from +0, never -0) */
         tree_skip_to(t, t->gleaf[t->g]);
         acc = t->slot[t->depth];
-        memset(acc, 0, (size_t)t->len * sizeof(double));
+        memcpy(acc, part, (size_t)t->len * sizeof(double));
+    } else {
+        for (int64_t e = 0; e < t->len; e++) acc[e] += part[e];
     }
-    for (int64_t e = 0; e < t->len; e++) acc[e] += part[e];
     if (sb + 1 == t->gsb[t->g + 1]) {  /* the group ends: its leaf joins the tree */
         tree_push(t, t->gleaf[t->g], 1);
         t->next_leaf = t->gleaf[t->g] + 1;
