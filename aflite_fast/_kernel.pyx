@@ -514,6 +514,31 @@ cdef void *_aligned_zeros(size_t n_bytes) noexcept nogil:
     return ptr
 
 
+cdef int _member_set_fill(afl_member_set *ms, const float[:, :] X, const int32_t[::1] y,
+                          const int64_t[:, ::1] mptr, const int32_t[::1] mrows,
+                          const int64_t[::1] row_blocks, const int64_t[::1] super_blocks, int C,
+                          int loss_code, const double[::1] loss_params) except -1:
+    """Point ms at the rows, member lists and blocks of a member pass (built-in losses)."""
+    ms.n = X.shape[0]
+    ms.D = X.shape[1]
+    ms.ldx = _row_stride(X)
+    ms.Dp = afl_member_width(X.shape[1])
+    ms.C = C
+    ms.X = &X[0, 0]
+    ms.y = &y[0]
+    ms.B = mptr.shape[0]
+    ms.nrb = row_blocks.shape[0] - 1
+    ms.row_blocks = &row_blocks[0]
+    ms.mptr = &mptr[0, 0]
+    ms.mrows = &mrows[0] if mrows.shape[0] > 0 else NULL
+    ms.nsb = super_blocks.shape[0] - 1
+    ms.sb = &super_blocks[0]
+    ms.loss_code = loss_code
+    ms.params = &loss_params[0] if loss_params.shape[0] > 0 else NULL
+    ms.user = NULL
+    return 0
+
+
 def member_eval(const float[:, :] X,             # IN  (n, D) rows with a trailing ones column
                 const int32_t[::1] y,            # IN  (n,) label codes
                 const int64_t[:, ::1] mptr,      # IN  (B, nrb + 1) from member_index
@@ -540,23 +565,7 @@ def member_eval(const float[:, :] X,             # IN  (n, D) rows with a traili
         raise ValueError("member_eval: inconsistent shapes")
     if B == 0 or X.shape[0] == 0:
         return
-    ms.n = X.shape[0]
-    ms.D = X.shape[1]
-    ms.ldx = _row_stride(X)
-    ms.Dp = Dp
-    ms.C = W.shape[1]
-    ms.X = &X[0, 0]
-    ms.y = &y[0]
-    ms.B = B
-    ms.nrb = nrb
-    ms.row_blocks = &row_blocks[0]
-    ms.mptr = &mptr[0, 0]
-    ms.mrows = &mrows[0] if mrows.shape[0] > 0 else NULL
-    ms.nsb = super_blocks.shape[0] - 1
-    ms.sb = &super_blocks[0]
-    ms.loss_code = loss_code
-    ms.params = &loss_params[0] if loss_params.shape[0] > 0 else NULL
-    ms.user = NULL
+    _member_set_fill(&ms, X, y, mptr, mrows, row_blocks, super_blocks, W.shape[1], loss_code, loss_params)
     cdef int64_t *active = <int64_t *> malloc(B * sizeof(int64_t))
     if active == NULL:
         raise MemoryError("member_eval: could not allocate scratch memory")
@@ -1108,23 +1117,7 @@ def member_eval_tree(const float[:, :] X,             # IN  (n, D) rows with a t
     cdef int64_t[::1] iv = index
     if nA == 0 or X.shape[0] == 0 or ng == 0:
         return []
-    ms.n = X.shape[0]
-    ms.D = X.shape[1]
-    ms.ldx = _row_stride(X)
-    ms.Dp = Dp
-    ms.C = W.shape[1]
-    ms.X = &X[0, 0]
-    ms.y = &y[0]
-    ms.B = B
-    ms.nrb = nrb
-    ms.row_blocks = &row_blocks[0]
-    ms.mptr = &mptr[0, 0]
-    ms.mrows = &mrows[0] if mrows.shape[0] > 0 else NULL
-    ms.nsb = super_blocks.shape[0] - 1
-    ms.sb = &super_blocks[0]
-    ms.loss_code = loss_code
-    ms.params = &loss_params[0] if loss_params.shape[0] > 0 else NULL
-    ms.user = NULL
+    _member_set_fill(&ms, X, y, mptr, mrows, row_blocks, super_blocks, W.shape[1], loss_code, loss_params)
     with nogil:
         rc = afl_member_eval_tree(&ms, nA, &active[0], &W[0, 0, 0], &scale[0], ng, &group_blocks[0],
                                   &group_leaves[0], leaf_lo, leaf_hi, max_nodes, &nv[0, 0, 0], &lv[0],

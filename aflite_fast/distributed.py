@@ -588,6 +588,19 @@ class DaskPhaseScores(engine.PhaseScores):
     rounds: int = 0
 
 
+def phase_arguments(X, client, options, loss, loss_params, n_classes, max_memory, active, codes, center):
+    """A phase's arguments checked and converted: (DaskEmbeddings, SolverOptions, resolved
+    loss, budget in bytes, active, codes, center).  A compiled user loss is refused: its
+    address is only valid in this process."""
+    X = DaskEmbeddings.open(X, client)
+    spec = resolve_loss(loss, loss_params, n_classes)
+    if spec.address:
+        raise ValueError(f"loss {spec.name!r} is a compiled user function; its address is only valid in this "
+                         "process, so the dask backend cannot use it (use a built-in loss)")
+    return (X, options or kernel.SolverOptions(), spec, parse_memory(max_memory), np.asarray(active, dtype=np.int64),
+            np.asarray(codes, dtype=np.int32), np.asarray(center, dtype=np.float32))
+
+
 def score_phase_dask(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="ce",
                      loss_params=None, options=None, max_memory=None, n_threads=None,
                      warm_coef=None, proba_sum=None, on_block=None, client=None):
@@ -619,17 +632,9 @@ def score_phase_dask(X, codes, active, center, train_pos, *, n_classes, C=1.0, l
     -------
     DaskPhaseScores
     """
-    X = DaskEmbeddings.open(X, client)
+    X, options, spec, budget, active, codes, center = phase_arguments(
+        X, client, options, loss, loss_params, n_classes, max_memory, active, codes, center)
     client = X.client
-    options = options or kernel.SolverOptions()
-    spec = resolve_loss(loss, loss_params, n_classes)
-    if spec.address:
-        raise ValueError(f"loss {spec.name!r} is a compiled user function; its address is only valid in this "
-                         "process, so the dask backend cannot use it (use a built-in loss)")
-    budget = parse_memory(max_memory)
-    active = np.asarray(active, dtype=np.int64)
-    codes = np.asarray(codes, dtype=np.int32)
-    center = np.asarray(center, dtype=np.float32)
     n_active = active.size
     m, t = train_pos.shape
     d = X.shape[1]

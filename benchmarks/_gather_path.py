@@ -13,11 +13,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from aflite_fast import engine, kernel
-from aflite_fast._memory import parse_memory
 from aflite_fast._rows import membership_matrix
 from aflite_fast.data import gather_rows
-from aflite_fast.distributed import DaskEmbeddings, _stack, _worker_threads
-from aflite_fast.losses import resolve_loss
+from aflite_fast.distributed import _stack, _worker_threads, phase_arguments
 
 
 @dataclass
@@ -94,17 +92,9 @@ def score_phase_gather(X, codes, active, center, train_pos, *, n_classes, C=1.0,
     -------
     GatherPhaseScores
     """
-    X = DaskEmbeddings.open(X, client)
+    X, options, spec, budget, active, codes, center = phase_arguments(
+        X, client, options, loss, loss_params, n_classes, max_memory, active, codes, center)
     client = X.client
-    options = options or kernel.SolverOptions()
-    spec = resolve_loss(loss, loss_params, n_classes)
-    if spec.address:
-        raise ValueError(f"loss {spec.name!r} is a compiled user function; its address is only valid in this "
-                         "process, so the dask backend cannot use it (use a built-in loss)")
-    budget = parse_memory(max_memory)
-    active = np.asarray(active, dtype=np.int64)
-    codes = np.asarray(codes, dtype=np.int32)
-    center = np.asarray(center, dtype=np.float32)
     n_active = active.size
     m = train_pos.shape[0]
     d = X.shape[1]
