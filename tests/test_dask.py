@@ -265,3 +265,24 @@ def test_connect_by_address(client):
         assert len(other.nthreads()) == 2
     finally:
         close_client(other)
+
+
+def test_cli_report_counts_the_bytes(client, seed, tmp_path):
+    """``aflite-fast filter --scheduler ADDRESS``: report.json's history records each phase's
+    bytes_moved (and the rows kept are the local run's)."""
+    import json
+
+    from aflite_fast.cli import main
+    rng = np.random.default_rng(seed + 9)
+    X, y = make_problem(rng, 1200, 16, 2, signal=0.8)
+    np.save(tmp_path / "emb.npy", X)
+    np.save(tmp_path / "labels.npy", y)
+    args = ["--target-size", "900", "--n-partitions", "6", "--train-size", "400", "--slice-size", "100",
+            "--seed", "1", "--quiet"]
+    for name, extra in (("local", []), ("dask", ["--scheduler", client.scheduler.address])):
+        assert main(["filter", str(tmp_path / "emb.npy"), str(tmp_path / "labels.npy"),
+                     "--out", str(tmp_path / name), *args, *extra]) == 0
+    reports = {name: json.loads((tmp_path / name / "report.json").read_text()) for name in ("local", "dask")}
+    assert all(h["bytes_moved"] == 0 for h in reports["local"]["history"])
+    assert all(h["bytes_moved"] > 0 for h in reports["dask"]["history"])
+    np.testing.assert_array_equal(np.load(tmp_path / "dask" / "keep.npy"), np.load(tmp_path / "local" / "keep.npy"))
