@@ -1,24 +1,24 @@
-"""Dask backend: score AFLite phases on embeddings spread over a ``dask.distributed`` cluster.
+"""Dask backend: score AFLite phases on embeddings spread over a ``dask.distributed`` cluster,
+data-parallel.
 
-Design (issue 7):
+a. X's rows are shared out among the workers in whole reduction groups
+   (``kernel.reduction_group_rows``, :func:`leaf_ranges`).  Each worker reads its rows once
+   per run (a ``.npy`` file straight from the file, a piece at a time) and keeps them as the
+   kernel reads them (float32, centred, with the ones column); the rows never move.  The
+   filtering loop and the solver stay on the client.
+b. The centre (column means) and the finite-value check run where the rows are read, with
+   the very row blocks ``data.scan_rows`` uses, so the centre is bitwise the local one.
+c. Training: the client runs the kernel's L-BFGS (``kernel.train_models_with``).  Every
+   round it sends the running models' trial weights to every worker; each worker (a dask
+   actor, called directly) returns the partial sums of loss and gradient of the whole
+   subtrees of the reduction tree it holds (``kernel.MemberRows``); the client adds them by
+   the tree (``kernel.combine_nodes``), which is how the local engine adds its groups' sums,
+   so the models are bitwise those of ``engine.score_phase``.
+d. Prediction: the phase's weights go to every worker, which predicts its active rows and
+   sends back per-row counts (seen, correct, summed probability of the label).
+e. Every phase reports the bytes it sent between processes (``DaskPhaseScores.bytes_moved``).
 
-a. X is a dask array chunked along rows only.  Its chunks are computed once and kept in the
-   workers' memory (``DaskEmbeddings``); the client holds only their futures, the labels,
-   the active set and the per-row counts.  The filtering loop stays on the client.
-b. The centre (column means) and the finite-value check run where the chunks live, with the
-   very row blocks ``data.scan_rows`` uses, so the centre is bitwise the local one.
-c. Training: for each block of partitions the block's training rows (the union of its
-   partitions' rows) are cut from the chunks where they live (raw dtype), moved to one
-   worker, centred there to float32 exactly as ``data.gather_rows`` does, and trained with
-   ``kernel.train_models`` with the same ``positions``, the same kernel C and the same warm
-   start, so the coefficients are bitwise those of ``engine.score_phase``.
-d. Prediction: W (float32, (d + 1) x m C) is broadcast once; one task per chunk predicts the
-   chunk's active rows with ``kernel.predict_accumulate`` and sends back only per-row counts
-   (seen, correct: int32; prob_label: float64).
-e. Every phase reports the bytes it moved (``DaskPhaseScores.bytes_moved``).
-
-Results do not depend on the chunking, the number of workers or the blocking: the kernel's
-sums are fixed by positions in the active set (see ``engine`` and ``kernel``).
+Results do not depend on the number of workers or on which worker holds which group.
 """
 import functools
 import os
@@ -620,7 +620,7 @@ def score_phase_dask(X, codes, active, center, train_pos, *, n_classes, C=1.0, l
     codes, active, center, train_pos, n_classes, C, loss, loss_params, options, warm_coef :
         as in :func:`aflite_fast.engine.score_phase`
     max_memory : int or str, optional
-        Budget of the preconditioner's building here (as in the local engine).
+        Budget that chooses the preconditioner's form (as in the local engine).
     n_threads : int, optional
         Kernel threads inside each task; None uses each worker's thread count.
     proba_sum : ndarray (n_active, C) float64, optional; receives summed held-out probabilities

@@ -236,7 +236,7 @@ def test_byte_order_integers_and_npz_on_the_cluster(client, seed, tmp_path):
 @pytest.fixture(scope="module")
 def client3():
     with distributed.LocalCluster(n_workers=3, processes=True, threads_per_worker=1,
-                                  dashboard_address=None) as cluster, distributed.Client(cluster) as c:
+                                  dashboard_address=":0") as cluster, distributed.Client(cluster) as c:
         yield c
 
 
