@@ -43,6 +43,8 @@ from libc.math cimport fabs, sqrt, isfinite
 from libc.stdint cimport int64_t, int32_t, uint8_t, uintptr_t
 from cython.parallel cimport prange
 
+import numpy as np
+
 cdef extern from "afl_omp.h" nogil:
     int AFL_HAVE_OPENMP
 
@@ -80,6 +82,11 @@ cdef extern from "afl_member.h" nogil:
     int afl_member_eval(const afl_member_set *s, int64_t nA, const int64_t *active,
                         const float *W, const double *scale, double *loss, double *grad,
                         int n_threads)
+    int afl_member_eval_tree(const afl_member_set *s, int64_t nA, const int64_t *active,
+                             const float *W, const double *scale, int64_t ng, const int64_t *gsb,
+                             const int64_t *gleaf, int64_t leaf_lo, int64_t leaf_hi, int64_t max_nodes,
+                             double *nodes, int64_t *level, int64_t *index, int64_t *n_nodes,
+                             int n_threads)
     void afl_member_init()
     unsigned AFL_PREDICT_TILE_BYTES
     int afl_predict(int64_t n, int64_t D, const float *X, int64_t ldx, int64_t B, int C,
@@ -513,6 +520,32 @@ cdef void *_aligned_zeros(size_t n_bytes) noexcept nogil:
     return ptr
 
 
+cdef int _member_set_fill(afl_member_set *ms, const float[:, :] X, const int32_t[::1] y,
+                          const int64_t[:, ::1] mptr, const int32_t[::1] mrows,
+                          const int64_t[::1] row_blocks, const int64_t[::1] super_blocks, int C,
+                          int loss_code, const double[::1] loss_params) except -1:
+    """Point ms at the rows, member lists and blocks of a member pass (built-in losses)."""
+    ms.n = X.shape[0]
+    ms.D = X.shape[1]
+    ms.ldx = _row_stride(X)
+    ms.Dp = afl_member_width(X.shape[1])
+    ms.C = C
+    ms.G = 1
+    ms.X = &X[0, 0]
+    ms.y = &y[0]
+    ms.B = mptr.shape[0]
+    ms.nrb = row_blocks.shape[0] - 1
+    ms.row_blocks = &row_blocks[0]
+    ms.mptr = &mptr[0, 0]
+    ms.mrows = &mrows[0] if mrows.shape[0] > 0 else NULL
+    ms.nsb = super_blocks.shape[0] - 1
+    ms.sb = &super_blocks[0]
+    ms.loss_code = loss_code
+    ms.params = &loss_params[0] if loss_params.shape[0] > 0 else NULL
+    ms.user = NULL
+    return 0
+
+
 def member_eval(const float[:, :] X,             # IN  (n, D) rows with a trailing ones column
                 const int32_t[::1] y,            # IN  (n,) label codes
                 const int64_t[:, ::1] mptr,      # IN  (B, nrb + 1) from member_index
@@ -539,24 +572,8 @@ def member_eval(const float[:, :] X,             # IN  (n, D) rows with a traili
         raise ValueError("member_eval: inconsistent shapes")
     if B == 0 or X.shape[0] == 0:
         return
-    ms.n = X.shape[0]
-    ms.D = X.shape[1]
-    ms.ldx = _row_stride(X)
-    ms.Dp = Dp
-    ms.C = W.shape[1]
+    _member_set_fill(&ms, X, y, mptr, mrows, row_blocks, super_blocks, W.shape[1], loss_code, loss_params)
     ms.G = group
-    ms.X = &X[0, 0]
-    ms.y = &y[0]
-    ms.B = B
-    ms.nrb = nrb
-    ms.row_blocks = &row_blocks[0]
-    ms.mptr = &mptr[0, 0]
-    ms.mrows = &mrows[0] if mrows.shape[0] > 0 else NULL
-    ms.nsb = super_blocks.shape[0] - 1
-    ms.sb = &super_blocks[0]
-    ms.loss_code = loss_code
-    ms.params = &loss_params[0] if loss_params.shape[0] > 0 else NULL
-    ms.user = NULL
     cdef int64_t *active = <int64_t *> malloc(B * sizeof(int64_t))
     if active == NULL:
         raise MemoryError("member_eval: could not allocate scratch memory")
@@ -602,13 +619,18 @@ def train_block(const float[:, :] X,            # IN  (n, D): rows with a traili
                 const float[:, ::1] pre_factor=None,     # IN  (r, D) F of a low-rank H0
                 const float[:, ::1] pre_core=None,       # IN  (r, r) G of a low-rank H0
                 const int64_t[::1] pre_blocks=None,      # IN  K-blocks over the r rows of F
-                int group=1, int n_free=1):
+                int group=1, int n_free=1,
+                const int64_t[::1] group_blocks=None,    # IN  (ng + 1,) reduction groups (super-blocks)
+                const int64_t[::1] group_leaves=None,    # IN  (ng,) leaf of each group
+                int64_t n_leaves=0):                     # IN  leaves of the reduction tree
     """Train B multinomial logistic regressions on subsets of the same rows (see module doc).
     H0 is ``precond`` when it is not empty, else diag(pre_diag) + F' G F (F, G optional),
     else the identity.  With ``group`` > 1 (and n_classes == 1) the models are multiple-choice
     scorers: an item is ``group`` consecutive rows, its loss the softmax over their scores
     (afl_member.h, E).  The last ``n_free`` rows of each model are not penalised (the
-    intercept; 0 or the position biases for multiple choice)."""
+    intercept; 0 or the position biases for multiple choice).  With ``group_blocks`` the sums
+    of each evaluation go through the reduction tree of ``member_eval_tree`` (leaves
+    [0, n_leaves)), else they are added in super-block order."""
     cdef int64_t n = X.shape[0], D = X.shape[1], B = member.shape[1]
     cdef int C = n_classes
     cdef int64_t P = D * C
@@ -616,7 +638,9 @@ def train_block(const float[:, :] X,            # IN  (n, D): rows with a traili
     cdef int64_t nsb = super_blocks.shape[0] - 1
     cdef int hist = history if history > 0 else 1
     cdef int rc = 0
-    cdef int64_t total = 0, j
+    cdef int64_t total = 0, j, ng = 0
+    cdef const int64_t *gsb = NULL
+    cdef const int64_t *gleaf = NULL
     cdef _precond_t pc
     _precond_fill(&pc, D, precond, pre_diag, pre_factor, pre_core, pre_blocks)
     if group < 1 or (group > 1 and C != 1) or n_free < 0 or n_free > D or n % group != 0:
@@ -626,6 +650,14 @@ def train_block(const float[:, :] X,            # IN  (n, D): rows with a traili
             or n_iter.shape[0] != B or status.shape[0] != B or fval.shape[0] != B
             or n_eval.shape[0] != B or row_blocks[nrb] != n or col_blocks[ncb] != D or super_blocks[nsb] != nrb):
         raise ValueError("train_block: inconsistent shapes")
+    if group_blocks is not None:
+        ng = group_blocks.shape[0] - 1
+        if (group_leaves is None or group_leaves.shape[0] != ng or group_blocks[ng] != nsb
+                or group_blocks[0] != 0 or n_leaves < 1 or (ng > 0 and group_leaves[ng - 1] >= n_leaves)):
+            raise ValueError("train_block: inconsistent reduction groups")
+        if ng > 0:
+            gsb = &group_blocks[0]
+            gleaf = &group_leaves[0]
     if n == 0 or B == 0:
         return
     for j in range(B):
@@ -638,9 +670,250 @@ def train_block(const float[:, :] X,            # IN  (n, D): rows with a traili
                     &pc,
                     &coef[0, 0], &l2[0], &inv_n[0], n, D, B, C, loss_code, params,
                     <afl_user_weight_fn> user_fn, gtol, ftol, max_iter, hist, max_ls,
-                    &n_iter[0], &status[0], &fval[0], &n_eval[0], n_threads, group, n_free)
+                    &n_iter[0], &status[0], &fval[0], &n_eval[0], n_threads, group, n_free,
+                    ng, gsb, gleaf, n_leaves)
     if rc != 0:
         raise MemoryError("train_block: could not allocate scratch memory")
+
+
+# The batched L-BFGS solver as a state machine: _lbfgs_trial gives the trial points of the
+# models still running (class-major float32 weights), the caller evaluates loss and gradient
+# there (the member pass on all rows, or partial sums from elsewhere added in the same
+# order), and _lbfgs_advance moves every model on.  _train drives it with the member pass;
+# LBFGSBlock drives it from Python.
+ctypedef struct _lbfgs_t:
+    int64_t D, B, P, Dp, Pp, C2
+    int C, hist, max_iter, max_ls, n_threads, n_free
+    double gtol, ftol
+    const _precond_t *pc
+    const int64_t *col_blocks
+    int64_t ncb
+    double *coef
+    const double *l2
+    const double *inv_n
+    int32_t *n_eval_out
+    bint use_pre
+    int64_t nA
+    float *Wc
+    double *sca
+    double *xt
+    double *gt
+    double *g
+    double *p
+    double *S
+    double *Y
+    double *rho
+    double *alph
+    double *f
+    double *ft
+    double *alpha
+    double *gp
+    int *state
+    int *status
+    int *iters
+    int *n_ls
+    int *mem_len
+    int *mem_head
+    int64_t *active
+    int64_t *dirs
+    float *V
+    double *O
+
+
+cdef int _lbfgs_init(_lbfgs_t *st, int64_t D, int64_t B, int C, const _precond_t *pc,
+                     const int64_t *col_blocks, int64_t ncb, double *coef, const double *l2,
+                     const double *inv_n, double gtol, double ftol, int max_iter, int hist, int max_ls,
+                     int32_t *n_eval_out, int n_threads, int n_free) noexcept nogil:
+    """Allocate the state of B models starting at coef (B x D * C), whose last n_free rows are
+    not penalised; -1 when memory is short (free it with _lbfgs_free either way)."""
+    cdef int64_t j
+    cdef int64_t P = D * C
+    memset(st, 0, sizeof(_lbfgs_t))
+    st.D = D
+    st.B = B
+    st.C = C
+    st.P = P
+    st.Dp = afl_member_width(D)
+    st.Pp = st.Dp * C
+    st.C2 = 2 * C
+    st.hist = hist
+    st.max_iter = max_iter
+    st.max_ls = max_ls
+    st.n_threads = n_threads
+    st.n_free = n_free
+    st.gtol = gtol
+    st.ftol = ftol
+    st.pc = pc
+    st.col_blocks = col_blocks
+    st.ncb = ncb
+    st.coef = coef
+    st.l2 = l2
+    st.inv_n = inv_n
+    st.n_eval_out = n_eval_out
+    st.use_pre = pc.kind != PRE_NONE
+    # class-major weights of the member pass, class rows padded to Dp (the pad stays zero)
+    # and 64-byte aligned
+    st.Wc = <float *> _aligned_zeros(B * st.Pp * sizeof(float))
+    st.sca = <double *> malloc(B * sizeof(double))
+    st.xt = <double *> malloc(B * P * sizeof(double))
+    st.gt = <double *> malloc(B * P * sizeof(double))
+    st.g = <double *> malloc(B * P * sizeof(double))
+    st.p = <double *> malloc(B * P * sizeof(double))
+    st.S = <double *> malloc(B * hist * P * sizeof(double))
+    st.Y = <double *> malloc(B * hist * P * sizeof(double))
+    st.rho = <double *> malloc(B * hist * sizeof(double))
+    st.alph = <double *> malloc(B * hist * sizeof(double))
+    st.f = <double *> malloc(B * sizeof(double))
+    st.ft = <double *> malloc(B * sizeof(double))
+    st.alpha = <double *> malloc(B * sizeof(double))
+    st.gp = <double *> malloc(B * sizeof(double))
+    st.state = <int *> malloc(B * sizeof(int))
+    st.status = <int *> malloc(B * sizeof(int))
+    st.iters = <int *> malloc(B * sizeof(int))
+    st.n_ls = <int *> malloc(B * sizeof(int))
+    st.mem_len = <int *> malloc(B * sizeof(int))
+    st.mem_head = <int *> malloc(B * sizeof(int))
+    st.active = <int64_t *> malloc(B * sizeof(int64_t))
+    st.dirs = <int64_t *> malloc(B * sizeof(int64_t))
+    # the preconditioner product: [q, y] of every model that needs a direction, D x 2 C each
+    st.V = <float *> malloc(D * B * st.C2 * sizeof(float)) if st.use_pre else NULL
+    st.O = <double *> malloc(D * B * st.C2 * sizeof(double)) if st.use_pre else NULL
+    if (st.Wc == NULL or st.sca == NULL or st.xt == NULL or st.gt == NULL or st.g == NULL
+            or st.p == NULL or st.S == NULL or st.Y == NULL or st.rho == NULL or st.alph == NULL
+            or st.f == NULL or st.ft == NULL or st.alpha == NULL or st.gp == NULL
+            or st.state == NULL or st.status == NULL or st.iters == NULL or st.n_ls == NULL
+            or st.mem_len == NULL or st.mem_head == NULL or st.active == NULL or st.dirs == NULL
+            or (st.use_pre and (st.V == NULL or st.O == NULL))):
+        return -1
+    for j in range(B):
+        n_eval_out[j] = 0
+        st.state[j] = ST_INIT
+        st.status[j] = _MAX_ITER
+        st.iters[j] = 0
+        st.n_ls[j] = 0
+        st.mem_len[j] = 0
+        st.mem_head[j] = 0
+        st.alpha[j] = 0.0
+        memset(st.p + j * P, 0, P * sizeof(double))
+    return 0
+
+
+cdef void _lbfgs_free(_lbfgs_t *st) noexcept nogil:
+    free(st.Wc); free(st.sca); free(st.xt); free(st.gt); free(st.g); free(st.p); free(st.S)
+    free(st.Y); free(st.rho); free(st.alph); free(st.f); free(st.ft); free(st.alpha); free(st.gp)
+    free(st.state); free(st.status); free(st.iters); free(st.n_ls); free(st.mem_len)
+    free(st.mem_head); free(st.active); free(st.dirs); free(st.V); free(st.O)
+    memset(st, 0, sizeof(_lbfgs_t))
+
+
+cdef int64_t _lbfgs_trial(_lbfgs_t *st) noexcept nogil:
+    """The models still running (st.active[:nA]), their trial points (st.xt, and st.Wc as
+    class-major float32: row a for model active[a]) and gradient scales (st.sca); returns nA."""
+    cdef int64_t P = st.P, Pp = st.Pp, Dp = st.Dp, D = st.D
+    cdef int C = st.C
+    cdef int64_t j, a, k, r, c, nA = 0
+    cdef double xv
+    for j in range(st.B):
+        if st.state[j] != ST_DONE:
+            st.active[nA] = j
+            nA += 1
+    st.nA = nA
+    for a in range(nA):
+        st.n_eval_out[st.active[a]] += 1
+    for a in prange(nA, num_threads=st.n_threads, schedule='static'):
+        j = st.active[a]
+        for k in range(P):
+            xv = st.coef[j * P + k]
+            if st.state[j] == ST_SEARCH:
+                xv = xv + st.alpha[j] * st.p[j * P + k]
+            st.xt[j * P + k] = xv
+        for r in range(D):
+            for c in range(C):
+                st.Wc[a * Pp + c * Dp + r] = <float> st.xt[j * P + r * C + c]
+        st.sca[a] = st.inv_n[j]
+    return nA
+
+
+cdef int _lbfgs_advance(_lbfgs_t *st, const double *grad, int64_t gstride, const double *lossv,
+                        int64_t lstride) noexcept nogil:
+    """Move every model of the last trial on, given its summed row losses (lossv[a * lstride])
+    and scaled gradient sums (grad[a * gstride + c * Dp + r]); -1 when memory is short."""
+    cdef int64_t P = st.P, Dp = st.Dp, D = st.D, C2 = st.C2
+    cdef int C = st.C, hist = st.hist
+    cdef int64_t j, a, b, k, r, c, nN, ncols
+    cdef int64_t nA = st.nA
+    cdef int newest
+    cdef double reg, yhy
+    for a in prange(nA, num_threads=st.n_threads, schedule='static'):
+        j = st.active[a]
+        reg = 0.0
+        for k in range((D - st.n_free) * C):
+            reg = reg + st.xt[j * P + k] * st.xt[j * P + k]
+        st.ft[j] = lossv[a * lstride] * st.inv_n[j] + 0.5 * st.l2[j] * reg
+        for r in range(D):
+            for c in range(C):
+                st.gt[j * P + r * C + c] = grad[a * gstride + c * Dp + r]
+                if r < D - st.n_free:
+                    st.gt[j * P + r * C + c] = st.gt[j * P + r * C + c] + st.l2[j] * st.xt[j * P + r * C + c]
+        _solver_update(P, hist, &st.state[j], &st.status[j], &st.iters[j],
+                       st.coef + j * P, st.g + j * P, &st.f[j], st.xt + j * P, st.gt + j * P, st.ft[j],
+                       st.p + j * P, st.S + j * hist * P, st.Y + j * hist * P, st.rho + j * hist,
+                       &st.mem_len[j], &st.mem_head[j], st.alph + j * hist,
+                       &st.alpha[j], &st.gp[j], &st.n_ls[j], st.gtol, st.ftol, st.max_iter, st.max_ls)
+    # new search directions: H0 [q, y] of all such models in one product
+    nN = 0
+    for j in range(st.B):
+        if st.state[j] == ST_DIRECTION:
+            st.dirs[nN] = j
+            nN += 1
+    if nN == 0:
+        return 0
+    if st.use_pre:
+        ncols = nN * C2
+        for b in prange(nN, num_threads=st.n_threads, schedule='static'):
+            j = st.dirs[b]
+            newest = (st.mem_head[j] - 1 + hist) % hist
+            for r in range(D):
+                for c in range(C):
+                    st.V[r * ncols + b * C2 + c] = <float> st.p[j * P + r * C + c]
+                    st.V[r * ncols + b * C2 + C + c] = (
+                        <float> st.Y[(j * hist + newest) * P + r * C + c] if st.mem_len[j] > 0 else 0.0)
+        if _precond_apply(st.pc, D, ncols, st.V, st.O, st.col_blocks, st.ncb, st.n_threads) != 0:
+            return -1
+        for b in prange(nN, num_threads=st.n_threads, schedule='static'):
+            j = st.dirs[b]
+            newest = (st.mem_head[j] - 1 + hist) % hist
+            yhy = 0.0
+            for r in range(D):
+                for c in range(C):
+                    st.gt[j * P + r * C + c] = st.O[r * ncols + b * C2 + c]
+                    if st.mem_len[j] > 0:
+                        yhy = yhy + st.Y[(j * hist + newest) * P + r * C + c] * st.O[r * ncols + b * C2 + C + c]
+            _solver_direction(P, hist, &st.state[j], st.iters[j], st.g + j * P, st.p + j * P,
+                              st.S + j * hist * P, st.Y + j * hist * P, st.rho + j * hist,
+                              &st.mem_len[j], st.mem_head[j], st.alph + j * hist,
+                              st.gt + j * P, yhy, &st.alpha[j], &st.gp[j], &st.n_ls[j])
+    else:
+        for b in prange(nN, num_threads=st.n_threads, schedule='static'):
+            j = st.dirs[b]
+            newest = (st.mem_head[j] - 1 + hist) % hist
+            yhy = 0.0
+            if st.mem_len[j] > 0:
+                yhy = _dot(st.Y + (j * hist + newest) * P, st.Y + (j * hist + newest) * P, P)
+            _solver_direction(P, hist, &st.state[j], st.iters[j], st.g + j * P, st.p + j * P,
+                              st.S + j * hist * P, st.Y + j * hist * P, st.rho + j * hist,
+                              &st.mem_len[j], st.mem_head[j], st.alph + j * hist,
+                              NULL, yhy, &st.alpha[j], &st.gp[j], &st.n_ls[j])
+    return 0
+
+
+cdef void _lbfgs_results(const _lbfgs_t *st, int32_t *n_iter_out, int32_t *status_out,
+                         double *fval_out) noexcept nogil:
+    cdef int64_t j
+    for j in range(st.B):
+        n_iter_out[j] = st.iters[j]
+        status_out[j] = st.status[j]
+        fval_out[j] = st.f[j]
 
 
 cdef int _train(const float *X, int64_t ldx, const int32_t *y, const uint8_t *member, int64_t total,
@@ -650,55 +923,26 @@ cdef int _train(const float *X, int64_t ldx, const int32_t *y, const uint8_t *me
                 int64_t n, int64_t D, int64_t B, int C, int loss_code, const double *params,
                 afl_user_weight_fn user, double gtol, double ftol, int max_iter, int hist,
                 int max_ls, int32_t *n_iter_out, int32_t *status_out, double *fval_out,
-                int32_t *n_eval_out, int n_threads, int group, int n_free) noexcept nogil:
-    cdef int64_t P = D * C, C2 = 2 * C
+                int32_t *n_eval_out, int n_threads, int group, int n_free, int64_t ng, const int64_t *gsb,
+                const int64_t *gleaf, int64_t n_leaves) noexcept nogil:
     cdef int64_t Dp = afl_member_width(D), Pp = Dp * C
-    cdef int64_t j, a, b, k, r, c, nA, nN, ncols
-    cdef int newest
+    cdef int64_t nA, n_nodes = 0
+    cdef int64_t lvl = 0, idx = 0
     cdef int rc = 0
-    cdef double reg, xv, yhy
     cdef afl_member_set ms
+    cdef _lbfgs_t st
 
     # scratch; freed at the end whatever happens
     cdef int64_t *mptr = <int64_t *> malloc(B * (nrb + 1) * sizeof(int64_t))
     cdef int32_t *mrows = <int32_t *> malloc((total if total > 0 else 1) * sizeof(int32_t))
-    # class-major weights and gradients of the member pass, class rows padded to Dp (the pad
-    # stays zero) and 64-byte aligned
-    cdef float *Wc = <float *> _aligned_zeros(B * Pp * sizeof(float))
-    cdef double *gradc = <double *> _aligned_zeros(B * Pp * sizeof(double))
+    # sums of the member pass: gradients (class-major, class rows padded to Dp) and losses; with
+    # reduction groups, one node of the tree per model (Pp gradient entries, then the loss)
+    cdef double *gradc = <double *> _aligned_zeros(B * (Pp + 1) * sizeof(double))
     cdef double *lossv = <double *> malloc(B * sizeof(double))
-    cdef double *sca = <double *> malloc(B * sizeof(double))
-    cdef double *xt = <double *> malloc(B * P * sizeof(double))
-    cdef double *gt = <double *> malloc(B * P * sizeof(double))
-    cdef double *g = <double *> malloc(B * P * sizeof(double))
-    cdef double *p = <double *> malloc(B * P * sizeof(double))
-    cdef double *S = <double *> malloc(B * hist * P * sizeof(double))
-    cdef double *Y = <double *> malloc(B * hist * P * sizeof(double))
-    cdef double *rho = <double *> malloc(B * hist * sizeof(double))
-    cdef double *alph = <double *> malloc(B * hist * sizeof(double))
-    cdef double *f = <double *> malloc(B * sizeof(double))
-    cdef double *ft = <double *> malloc(B * sizeof(double))
-    cdef double *alpha = <double *> malloc(B * sizeof(double))
-    cdef double *gp = <double *> malloc(B * sizeof(double))
-    cdef int *state = <int *> malloc(B * sizeof(int))
-    cdef int *status = <int *> malloc(B * sizeof(int))
-    cdef int *iters = <int *> malloc(B * sizeof(int))
-    cdef int *n_ls = <int *> malloc(B * sizeof(int))
-    cdef int *mem_len = <int *> malloc(B * sizeof(int))
-    cdef int *mem_head = <int *> malloc(B * sizeof(int))
-    cdef int64_t *active = <int64_t *> malloc(B * sizeof(int64_t))
-    cdef int64_t *dirs = <int64_t *> malloc(B * sizeof(int64_t))
-    # the preconditioner product: [q, y] of every model that needs a direction, D x 2 C each
-    cdef bint use_pre = pc.kind != PRE_NONE
-    cdef float *V = <float *> malloc(D * B * C2 * sizeof(float)) if use_pre else NULL
-    cdef double *O = <double *> malloc(D * B * C2 * sizeof(double)) if use_pre else NULL
 
-    if (mptr == NULL or mrows == NULL or Wc == NULL or gradc == NULL or lossv == NULL
-            or sca == NULL or xt == NULL or gt == NULL or g == NULL or p == NULL or S == NULL
-            or Y == NULL or rho == NULL or alph == NULL or f == NULL or ft == NULL
-            or alpha == NULL or gp == NULL or state == NULL or status == NULL or iters == NULL
-            or n_ls == NULL or mem_len == NULL or mem_head == NULL or active == NULL
-            or dirs == NULL or (use_pre and (V == NULL or O == NULL))):
+    if (_lbfgs_init(&st, D, B, C, pc, col_blocks, ncb, coef, l2, inv_n, gtol, ftol, max_iter, hist,
+                    max_ls, n_eval_out, n_threads, n_free) != 0
+            or mptr == NULL or mrows == NULL or gradc == NULL or lossv == NULL):
         rc = -1
     else:
         afl_member_index(n, B, member, nrb, row_blocks, mptr, mrows, group)
@@ -720,114 +964,187 @@ cdef int _train(const float *X, int64_t ldx, const int32_t *y, const uint8_t *me
         ms.loss_code = loss_code
         ms.params = params
         ms.user = user
-        for j in range(B):
-            n_eval_out[j] = 0
-            state[j] = ST_INIT
-            status[j] = _MAX_ITER
-            iters[j] = 0
-            n_ls[j] = 0
-            mem_len[j] = 0
-            mem_head[j] = 0
-            alpha[j] = 0.0
-            memset(p + j * P, 0, P * sizeof(double))
         while True:
-            nA = 0
-            for j in range(B):
-                if state[j] != ST_DONE:
-                    active[nA] = j
-                    nA += 1
+            nA = _lbfgs_trial(&st)
             if nA == 0:
                 break
-            # trial points of the active models, in double and as class-major float32 weights
-            for a in range(nA):
-                n_eval_out[active[a]] += 1
-            for a in prange(nA, num_threads=n_threads, schedule='static'):
-                j = active[a]
-                for k in range(P):
-                    xv = coef[j * P + k]
-                    if state[j] == ST_SEARCH:
-                        xv = xv + alpha[j] * p[j * P + k]
-                    xt[j * P + k] = xv
-                for r in range(D):
-                    for c in range(C):
-                        Wc[a * Pp + c * Dp + r] = <float> xt[j * P + r * C + c]
-                sca[a] = inv_n[j]
             # loss and gradient of every active model over its own rows: one pass
-            if afl_member_eval(&ms, nA, active, Wc, sca, lossv, gradc, n_threads) != 0:
-                rc = -1
-                break
-            for a in prange(nA, num_threads=n_threads, schedule='static'):
-                j = active[a]
-                reg = 0.0
-                for k in range((D - n_free) * C):
-                    reg = reg + xt[j * P + k] * xt[j * P + k]
-                ft[j] = lossv[a] * inv_n[j] + 0.5 * l2[j] * reg
-                for r in range(D):
-                    for c in range(C):
-                        gt[j * P + r * C + c] = gradc[a * Pp + c * Dp + r]
-                        if r < D - n_free:
-                            gt[j * P + r * C + c] = gt[j * P + r * C + c] + l2[j] * xt[j * P + r * C + c]
-                _solver_update(P, hist, &state[j], &status[j], &iters[j],
-                               coef + j * P, g + j * P, &f[j], xt + j * P, gt + j * P, ft[j],
-                               p + j * P, S + j * hist * P, Y + j * hist * P, rho + j * hist,
-                               &mem_len[j], &mem_head[j], alph + j * hist,
-                               &alpha[j], &gp[j], &n_ls[j], gtol, ftol, max_iter, max_ls)
-            # new search directions: H0 [q, y] of all such models in one product
-            nN = 0
-            for j in range(B):
-                if state[j] == ST_DIRECTION:
-                    dirs[nN] = j
-                    nN += 1
-            if nN == 0:
-                continue
-            if use_pre:
-                ncols = nN * C2
-                for b in prange(nN, num_threads=n_threads, schedule='static'):
-                    j = dirs[b]
-                    newest = (mem_head[j] - 1 + hist) % hist
-                    for r in range(D):
-                        for c in range(C):
-                            V[r * ncols + b * C2 + c] = <float> p[j * P + r * C + c]
-                            V[r * ncols + b * C2 + C + c] = (
-                                <float> Y[(j * hist + newest) * P + r * C + c] if mem_len[j] > 0 else 0.0)
-                if _precond_apply(pc, D, ncols, V, O, col_blocks, ncb, n_threads) != 0:
+            if gsb != NULL:
+                if afl_member_eval_tree(&ms, nA, st.active, st.Wc, st.sca, ng, gsb, gleaf, 0, n_leaves,
+                                        1, gradc, &lvl, &idx, &n_nodes, n_threads) != 0 or n_nodes != 1:
                     rc = -1
                     break
-                for b in prange(nN, num_threads=n_threads, schedule='static'):
-                    j = dirs[b]
-                    newest = (mem_head[j] - 1 + hist) % hist
-                    yhy = 0.0
-                    for r in range(D):
-                        for c in range(C):
-                            gt[j * P + r * C + c] = O[r * ncols + b * C2 + c]
-                            if mem_len[j] > 0:
-                                yhy = yhy + Y[(j * hist + newest) * P + r * C + c] * O[r * ncols + b * C2 + C + c]
-                    _solver_direction(P, hist, &state[j], iters[j], g + j * P, p + j * P,
-                                      S + j * hist * P, Y + j * hist * P, rho + j * hist,
-                                      &mem_len[j], mem_head[j], alph + j * hist,
-                                      gt + j * P, yhy, &alpha[j], &gp[j], &n_ls[j])
+                rc = _lbfgs_advance(&st, gradc, Pp + 1, gradc + Pp, Pp + 1)
             else:
-                for b in prange(nN, num_threads=n_threads, schedule='static'):
-                    j = dirs[b]
-                    newest = (mem_head[j] - 1 + hist) % hist
-                    yhy = 0.0
-                    if mem_len[j] > 0:
-                        yhy = _dot(Y + (j * hist + newest) * P, Y + (j * hist + newest) * P, P)
-                    _solver_direction(P, hist, &state[j], iters[j], g + j * P, p + j * P,
-                                      S + j * hist * P, Y + j * hist * P, rho + j * hist,
-                                      &mem_len[j], mem_head[j], alph + j * hist,
-                                      NULL, yhy, &alpha[j], &gp[j], &n_ls[j])
+                if afl_member_eval(&ms, nA, st.active, st.Wc, st.sca, lossv, gradc, n_threads) != 0:
+                    rc = -1
+                    break
+                rc = _lbfgs_advance(&st, gradc, Pp, lossv, 1)
+            if rc != 0:
+                break
         if rc == 0:
-            for j in range(B):
-                n_iter_out[j] = iters[j]
-                status_out[j] = status[j]
-                fval_out[j] = f[j]
+            _lbfgs_results(&st, n_iter_out, status_out, fval_out)
 
-    free(mptr); free(mrows); free(Wc); free(gradc); free(lossv); free(sca)
-    free(xt); free(gt); free(g); free(p); free(S); free(Y); free(rho); free(alph)
-    free(f); free(ft); free(alpha); free(gp); free(state); free(status); free(iters)
-    free(n_ls); free(mem_len); free(mem_head); free(active); free(dirs); free(V); free(O)
+    _lbfgs_free(&st)
+    free(mptr); free(mrows); free(gradc); free(lossv)
     return rc
+
+
+cdef class LBFGSBlock:
+    """The kernel's batched L-BFGS solver driven from Python: the same arithmetic as
+    ``train_block``, with the evaluation of loss and gradient left to the caller.
+
+    ``trial()`` returns the models still running and their trial weights; the caller
+    evaluates every one of them (summed row losses and scaled gradient sums, as
+    ``member_eval_tree`` returns them) and passes the sums to ``advance``; ``trial()`` returns
+    no model once every model has stopped.  Fed the sums of ``train_block``'s own pass, the
+    models end bitwise where ``train_block`` leaves them."""
+    cdef _lbfgs_t st
+    cdef _precond_t pc
+    cdef object keep
+    cdef double[:, ::1] coef
+    cdef int32_t[::1] n_eval
+    cdef bint ready
+
+    def __cinit__(self):
+        memset(&self.st, 0, sizeof(_lbfgs_t))
+        self.ready = False
+
+    def __init__(self, double[:, ::1] coef,             # IN/OUT (B, D * C) start and solution
+                 const double[::1] l2,                  # IN  (B,) L2 weight of each model
+                 const double[::1] inv_n,               # IN  (B,) 1 / (rows of model j)
+                 int n_classes,
+                 const int64_t[::1] col_blocks,         # IN  (ncb + 1,) K-blocks over the D columns
+                 const float[:, ::1] precond,           # IN  (D, D) H0, or (0, 0)
+                 double gtol, double ftol, int max_iter, int history, int max_ls, int n_threads,
+                 const float[::1] pre_diag=None, const float[:, ::1] pre_factor=None,
+                 const float[:, ::1] pre_core=None, const int64_t[::1] pre_blocks=None):
+        cdef int64_t B = coef.shape[0]
+        cdef int64_t D = col_blocks[col_blocks.shape[0] - 1]
+        if coef.shape[1] != D * n_classes or l2.shape[0] != B or inv_n.shape[0] != B or B == 0:
+            raise ValueError("LBFGSBlock: inconsistent shapes")
+        _precond_fill(&self.pc, D, precond, pre_diag, pre_factor, pre_core, pre_blocks)
+        self.keep = (coef, l2, inv_n, col_blocks, precond, pre_diag, pre_factor, pre_core, pre_blocks)
+        self.coef = coef
+        self.n_eval = np.zeros(B, dtype=np.int32)
+        rc = _lbfgs_init(&self.st, D, B, n_classes, &self.pc, &col_blocks[0], col_blocks.shape[0] - 1,
+                         &coef[0, 0], &l2[0], &inv_n[0], gtol, ftol, max_iter,
+                         history if history > 0 else 1, max_ls, &self.n_eval[0], n_threads, 1)
+        if rc != 0:
+            _lbfgs_free(&self.st)
+            raise MemoryError("LBFGSBlock: could not allocate the solver's state")
+        self.ready = True
+
+    def __dealloc__(self):
+        _lbfgs_free(&self.st)
+
+    def trial(self):
+        """(active, W): int64 (nA,) models still running, float32 (nA, C, member_width(D))
+        their class-major trial weights (zero from column D on)."""
+        cdef int64_t nA, a
+        with nogil:
+            nA = _lbfgs_trial(&self.st)
+        active = np.empty(nA, dtype=np.int64)
+        W = np.empty((nA, self.st.C, self.st.Dp), dtype=np.float32)
+        cdef int64_t[::1] av = active
+        cdef float[:, :, ::1] Wv = W
+        for a in range(nA):
+            av[a] = self.st.active[a]
+        if nA > 0:
+            memcpy(&Wv[0, 0, 0], self.st.Wc, nA * self.st.Pp * sizeof(float))
+        return active, W
+
+    def scales(self):
+        """(nA,) gradient scale of each running model (1 / its rows)."""
+        out = np.empty(self.st.nA, dtype=np.float64)
+        cdef double[::1] ov = out
+        cdef int64_t a
+        for a in range(self.st.nA):
+            ov[a] = self.st.sca[a]
+        return out
+
+    def advance(self, const double[:, ::1] sums):   # IN (nA, C * member_width(D) + 1)
+        """Move the models of the last trial on: row a holds model active[a]'s gradient
+        sums (class-major, C * member_width(D)) and then its summed row loss."""
+        cdef int rc
+        cdef int64_t stride = self.st.Pp + 1
+        if sums.shape[0] != self.st.nA or sums.shape[1] != stride:
+            raise ValueError("LBFGSBlock.advance: sums must be (models of the trial, C * Dp + 1)")
+        if self.st.nA == 0:
+            return
+        with nogil:
+            rc = _lbfgs_advance(&self.st, &sums[0, 0], stride, &sums[0, self.st.Pp], stride)
+        if rc != 0:
+            raise MemoryError("LBFGSBlock.advance: could not allocate scratch memory")
+        self.st.nA = 0
+
+    def results(self):
+        """(n_iter, status, fval, n_eval) arrays, one entry per model."""
+        B = self.st.B
+        n_iter = np.zeros(B, dtype=np.int32)
+        status = np.zeros(B, dtype=np.int32)
+        fval = np.zeros(B, dtype=np.float64)
+        cdef int32_t[::1] a = n_iter
+        cdef int32_t[::1] b = status
+        cdef double[::1] c = fval
+        _lbfgs_results(&self.st, &a[0], &b[0], &c[0])
+        return n_iter, status, fval, np.array(self.n_eval, copy=True)
+
+
+def member_eval_tree(const float[:, :] X,             # IN  (n, D) rows with a trailing ones column
+                     const int32_t[::1] y,            # IN  (n,) label codes
+                     const int64_t[:, ::1] mptr,      # IN  (B, nrb + 1) from member_index
+                     const int32_t[::1] mrows,        # IN  member rows from member_index
+                     const int64_t[::1] row_blocks,   # IN  (nrb + 1,) row-block boundaries
+                     const int64_t[::1] super_blocks, # IN  (nsb + 1,) super-block boundaries
+                     const int64_t[::1] group_blocks, # IN  (ng + 1,) group boundaries (super-blocks)
+                     const int64_t[::1] group_leaves, # IN  (ng,) leaf of each group, increasing
+                     int64_t leaf_lo, int64_t leaf_hi,
+                     const int64_t[::1] active,       # IN  (nA,) models to evaluate
+                     const float[:, :, ::1] W,        # IN  (nA, C, member_width(D)) their weights
+                     const double[::1] scale,         # IN  (nA,) gradient scale of each
+                     int loss_code,
+                     const double[::1] loss_params,   # IN  parameters of the loss
+                     int n_threads):
+    """Partial sums of the member pass over the rows given, through the reduction tree
+    (``afl_member_eval_tree``): (level, index, sums) of the maximal subtrees of leaves
+    [leaf_lo, leaf_hi) that hold rows, left to right; sums (nA, C * member_width(D) + 1)."""
+    cdef afl_member_set ms
+    cdef int64_t nA = active.shape[0], nrb = row_blocks.shape[0] - 1, B = mptr.shape[0]
+    cdef int64_t ng = group_blocks.shape[0] - 1
+    cdef int64_t Dp = afl_member_width(X.shape[1])
+    cdef int64_t stride = W.shape[1] * Dp + 1
+    cdef int64_t max_nodes = 2, span = leaf_hi - leaf_lo, n_nodes = 0, a
+    cdef int rc
+    if (W.shape[0] != nA or W.shape[2] != Dp or scale.shape[0] != nA or y.shape[0] != X.shape[0]
+            or mptr.shape[1] != nrb + 1 or row_blocks[nrb] != X.shape[0]
+            or super_blocks[super_blocks.shape[0] - 1] != nrb or group_blocks[ng] != super_blocks.shape[0] - 1
+            or group_leaves.shape[0] != ng or span < 1):
+        raise ValueError("member_eval_tree: inconsistent shapes")
+    for a in range(nA):
+        if active[a] < 0 or active[a] >= B:
+            raise ValueError("member_eval_tree: model index out of range")
+    while span > 1:
+        span >>= 1
+        max_nodes += 2
+    nodes = np.empty((max_nodes, nA, stride), dtype=np.float64)
+    level = np.zeros(max_nodes, dtype=np.int64)
+    index = np.zeros(max_nodes, dtype=np.int64)
+    cdef double[:, :, ::1] nv = nodes
+    cdef int64_t[::1] lv = level
+    cdef int64_t[::1] iv = index
+    if nA == 0 or X.shape[0] == 0 or ng == 0:
+        return []
+    _member_set_fill(&ms, X, y, mptr, mrows, row_blocks, super_blocks, W.shape[1], loss_code, loss_params)
+    with nogil:
+        rc = afl_member_eval_tree(&ms, nA, &active[0], &W[0, 0, 0], &scale[0], ng, &group_blocks[0],
+                                  &group_leaves[0], leaf_lo, leaf_hi, max_nodes, &nv[0, 0, 0], &lv[0],
+                                  &iv[0], &n_nodes, n_threads)
+    if rc == -1:
+        raise MemoryError("member_eval_tree: could not allocate scratch memory")
+    if rc != 0:
+        raise ValueError("member_eval_tree: more subtrees than expected (leaves out of range?)")
+    return [(int(level[o]), int(index[o]), nodes[o]) for o in range(n_nodes)]
 
 
 def predict_accumulate(const float[:, :] X,          # IN  (n, D) rows with a trailing ones column

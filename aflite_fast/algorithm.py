@@ -66,6 +66,9 @@ class PhaseRecord:
 
     ``solver_status`` counts the phase's (observed) partition models by solver status
     (``kernel.STATUS_NAMES``), every name present.
+
+    ``bytes_moved``: bytes sent between processes by the phase (null passes included):
+    ``backend="dask"`` counts the arrays it sends each way (docs/dask.md), the local engine 0.
     """
 
     phase: int
@@ -88,6 +91,7 @@ class PhaseRecord:
     null_margin: Optional[float] = None
     null_seconds: float = 0.0
     solver_status: dict = field(default_factory=dict)
+    bytes_moved: int = 0
 
     def as_dict(self):
         return dict(self.__dict__)
@@ -240,12 +244,18 @@ def _null_pass(score_phase, X, codes, active, center, train_pos, entropy, phase,
                remove, tau, solver, scale, removable=None):
     """Rows at or above tau under ``n_null`` label permutations of this phase, on its partitions,
     counted as the observed rows are (:func:`score_nulls`)."""
-    counts = []
+    counts, moved = [], 0
     for res in score_nulls(score_phase, X, codes, active, center, train_pos, entropy, phase, n_null,
                            active_groups, solver, scale):
         counts.append(_eligible(res, active_groups, remove, tau, 0, removable)[1])
+        moved += _bytes_moved(res)
         del res
-    return summarize(counts)
+    return summarize(counts), moved
+
+
+def _bytes_moved(res):
+    """Bytes a phase's scoring sent between processes (0 for the local engine)."""
+    return int(getattr(res, "bytes_moved", {}).get("total", 0))
 
 
 def _run_parameters(settings, spec, entropy, tol, max_iter, remove, null, n_null, stop, is_eval=None,
@@ -539,14 +549,17 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
             chosen, n_eligible = _eligible(res, active_groups, remove, settings.tau, budget, removable)
             observed = dict(n_scored=int(np.count_nonzero(res.seen)), n_blocks=res.n_blocks,
                             mean_iterations=float(res.n_iter.mean()), solver_status=status_counts(res.status),
+                            bytes_moved=_bytes_moved(res),
                             score_hist=np.histogram(phase_scores[res.seen > 0], bins=SCORE_BINS,
                                                     range=(0.0, 1.0))[0].tolist())
             del res  # the null passes reuse the engine's memory budget
             null_record, by_chance = {}, False
             if null is not None:
                 null_start = time.perf_counter()
-                summary = _null_pass(score_phase, X, labels.codes, active, center, train_pos, entropy, phase,
-                                     n_null, active_groups, remove, settings.tau, solver, scale, removable)
+                summary, null_bytes = _null_pass(score_phase, X, labels.codes, active, center, train_pos, entropy,
+                                                 phase, n_null, active_groups, remove, settings.tau, solver, scale,
+                                                 removable)
+                observed["bytes_moved"] += null_bytes
                 null_record = dict(null_above_tau=summary.counts, null_mean=summary.mean, null_std=summary.std,
                                    null_share=summary.mean / active.size, null_excess=n_eligible - summary.mean,
                                    null_margin=summary.margin, null_seconds=time.perf_counter() - null_start)
@@ -594,3 +607,20 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
         kept_per_class=np.bincount(labels.codes[active], minlength=labels.n_classes).astype(np.int64),
         removed_per_class=np.bincount(labels.codes[removed], minlength=labels.n_classes).astype(np.int64),
         resumed_from=resumed_from)
+
+
+def filter_on_cluster(scheduler, X, y, *, chunk_rows=None, **aflite_kwargs):
+    """:func:`aflite` with ``backend="dask"`` on the cluster at ``scheduler``.
+
+    Connects (:func:`aflite_fast.distributed.connect`: an address, a scheduler file or
+    ``"local"`` / ``"local:N"``), puts X on the cluster (a ``.npy`` path, a list of ``.npy``
+    shards, a ``.zarr`` path, an ndarray or a dask array), runs the loop and returns its
+    AFLiteResult.  The client is closed afterwards, also after an error.
+    """
+    from . import distributed
+    client = distributed.connect(scheduler)
+    try:
+        Xd = distributed.DaskEmbeddings(X, client, chunk_rows=chunk_rows)
+        return aflite(Xd, y, backend="dask", **aflite_kwargs)
+    finally:
+        distributed.close_client(client)

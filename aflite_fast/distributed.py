@@ -1,24 +1,24 @@
-"""Dask backend: score AFLite phases on embeddings spread over a ``dask.distributed`` cluster.
+"""Dask backend: score AFLite phases on embeddings spread over a ``dask.distributed`` cluster,
+data-parallel.
 
-Design (issue 7):
+a. X's rows are shared out among the workers in whole reduction groups
+   (``kernel.reduction_group_rows``, :func:`leaf_ranges`).  Each worker reads its rows once
+   per run (a ``.npy`` file straight from the file, a piece at a time) and keeps them as the
+   kernel reads them (float32, centred, with the ones column); the rows never move.  The
+   filtering loop and the solver stay on the client.
+b. The centre (column means) and the finite-value check run where the rows are read, with
+   the very row blocks ``data.scan_rows`` uses, so the centre is bitwise the local one.
+c. Training: the client runs the kernel's L-BFGS (``kernel.train_models_with``).  Every
+   round it sends the running models' trial weights to every worker; each worker (a dask
+   actor, called directly) returns the partial sums of loss and gradient of the whole
+   subtrees of the reduction tree it holds (``kernel.MemberRows``); the client adds them by
+   the tree (``kernel.combine_nodes``), which is how the local engine adds its groups' sums,
+   so the models are bitwise those of ``engine.score_phase``.
+d. Prediction: the phase's weights go to every worker, which predicts its active rows and
+   sends back per-row counts (seen, correct, summed probability of the label).
+e. Every phase reports the bytes it sent between processes (``DaskPhaseScores.bytes_moved``).
 
-a. X is a dask array chunked along rows only.  Its chunks are computed once and kept in the
-   workers' memory (``DaskEmbeddings``); the client holds only their futures, the labels,
-   the active set and the per-row counts.  The filtering loop stays on the client.
-b. The centre (column means) and the finite-value check run where the chunks live, with the
-   very row blocks ``data.scan_rows`` uses, so the centre is bitwise the local one.
-c. Training: for each block of partitions the block's training rows (the union of its
-   partitions' rows) are cut from the chunks where they live (raw dtype), moved to one
-   worker, centred there to float32 exactly as ``data.gather_rows`` does, and trained with
-   ``kernel.train_models`` with the same ``positions``, the same kernel C and the same warm
-   start, so the coefficients are bitwise those of ``engine.score_phase``.
-d. Prediction: W (float32, (d + 1) x m C) is broadcast once; one task per chunk predicts the
-   chunk's active rows with ``kernel.predict_accumulate`` and sends back only per-row counts
-   (seen, correct: int32; prob_label: float64).
-e. Every phase reports the bytes it moved (``DaskPhaseScores.bytes_moved``).
-
-Results do not depend on the chunking, the number of workers or the blocking: the kernel's
-sums are fixed by positions in the active set (see ``engine`` and ``kernel``).
+Results do not depend on the number of workers or on which worker holds which group.
 """
 import functools
 import os
@@ -31,12 +31,13 @@ from . import engine, kernel
 from ._memory import parse_memory
 from .io.arrayfile import open_array_file
 from ._rows import membership_matrix
-from .data import check_dtype, gather_rows, scan_block, scan_chunk_rows
+from .data import GATHER_CHUNK_BYTES, check_dtype, gather_rows, scan_block, scan_chunk_rows
 from .io.fingerprint import block_digests
+from .io.rowsource import FileRows, RowSource
 from .losses import resolve_loss
 
-__all__ = ["DaskEmbeddings", "DaskPhaseScores", "as_dask_array", "connect", "score_phase_dask",
-           "scan_rows_dask", "filter_on_cluster"]
+__all__ = ["DaskEmbeddings", "DaskPhaseScores", "as_dask_array", "connect", "close_client", "leaf_ranges",
+           "score_phase_dask", "scan_rows_dask"]
 
 
 def _import_dask():
@@ -78,31 +79,38 @@ def _memmap_source(X):
     return name, start + (X.ctypes.data - base)
 
 
-def _chunked_rows(n, d, dtype, step, read, key):
-    """Dask array of n x d rows, chunk [s, e) read on a worker by ``read(s, e)`` under ``key(s, e)``."""
+def _row_bounds(n, step, bounds=None):
+    """Chunk boundaries: ``bounds`` when given, else every ``step`` rows."""
+    if bounds is not None:
+        return [int(b) for b in bounds]
+    return list(range(0, n, step)) + [n]
+
+
+def _chunked_rows(n, d, dtype, bounds, read, key):
+    """Dask array of n x d rows, chunk [s, e) (consecutive ``bounds``) read on a worker by
+    ``read(s, e)`` under ``key(s, e)``."""
     import dask
     da, _ = _import_dask()
     parts = []
-    for s in range(0, n, step):
-        e = min(n, s + step)
+    for s, e in zip(bounds[:-1], bounds[1:]):
         parts.append(da.from_delayed(dask.delayed(read, pure=True)(s, e, dask_key_name=key(s, e)),
                                      shape=(e - s, d), dtype=dtype))
     return da.concatenate(parts, axis=0)
 
 
-def _memmap_as_dask(X, chunk_rows):
+def _memmap_as_dask(X, chunk_rows, row_bounds=None):
     import dask
     path, offset = _memmap_source(X)
     n, d = X.shape
     st = os.stat(path)
     token = (path, st.st_size, st.st_mtime_ns, offset, X.shape, str(X.dtype))
     return _chunked_rows(
-        n, d, X.dtype, chunk_rows or default_chunk_rows(d, X.dtype.itemsize),
+        n, d, X.dtype, _row_bounds(n, chunk_rows or default_chunk_rows(d, X.dtype.itemsize), row_bounds),
         functools.partial(_read_raw_rows, path, offset, X.dtype, X.shape),
         lambda s, e: f"mmap-rows-{dask.base.tokenize(*token, s, e)}")
 
 
-def _npy_as_dask(path, chunk_rows):
+def _npy_as_dask(path, chunk_rows, row_bounds=None):
     """A ``.npy``/``.npz`` file (or ``FILE.npz:KEY``) read on the workers through a memory map
     of the same file; a compressed ``.npz`` member cannot be mapped and is sent from here."""
     da, _ = _import_dask()
@@ -110,11 +118,12 @@ def _npy_as_dask(path, chunk_rows):
     if mm.ndim != 2:
         raise ValueError(f"X must be 2-D (rows x features), got {mm.ndim}-D with shape {mm.shape} in {path!r}")
     if isinstance(mm, np.memmap) and _memmap_source(mm) is not None:
-        return _memmap_as_dask(mm, chunk_rows)
-    return da.from_array(mm, chunks=(chunk_rows or default_chunk_rows(mm.shape[1], mm.dtype.itemsize), -1))
+        return _memmap_as_dask(mm, chunk_rows, row_bounds)
+    X = da.from_array(mm, chunks=(chunk_rows or default_chunk_rows(mm.shape[1], mm.dtype.itemsize), -1))
+    return X if row_bounds is None else X.rechunk({0: tuple(np.diff(row_bounds).tolist())})
 
 
-def as_dask_array(X, *, chunk_rows=None):
+def as_dask_array(X, *, chunk_rows=None, row_bounds=None):
     """A 2-D dask array, chunked along rows only, from any supported source.
 
     Parameters
@@ -127,12 +136,22 @@ def as_dask_array(X, *, chunk_rows=None):
     chunk_rows : int, optional
         Rows per chunk for ``.npy`` files and ndarrays (default: 64 MiB of rows).  Shards are
         split into chunks of at most this many rows.
+    row_bounds : sequence of int, optional
+        The chunks' row boundaries (0, ..., N), overriding ``chunk_rows``: a ``.npy`` file or a
+        memmap is read in these chunks, anything else is rechunked to them.
 
     Returns
     -------
     dask.array.Array
     """
     da, _ = _import_dask()
+    if isinstance(X, FileRows):
+        # one .npy file opened for positioned reads (aflite_fast.data.open_embeddings): the
+        # workers map the same bytes
+        X = np.memmap(X.file.path, dtype=X.dtype, mode="r", offset=X.offset, shape=X.shape)
+    elif isinstance(X, RowSource):
+        raise ValueError(f"the dask backend reads .npy files, .zarr arrays and arrays; {X.name} is another "
+                         "format: pass a list of .npy shard paths, or convert it to .npy")
     if isinstance(X, (list, tuple)) and X and all(isinstance(p, (str, os.PathLike)) for p in X):
         arrays = [_npy_as_dask(os.fspath(p), chunk_rows) for p in X]
         widths = {a.shape[1] for a in arrays}
@@ -150,9 +169,9 @@ def as_dask_array(X, *, chunk_rows=None):
             except Exception as exc:  # zarr raises its own error types
                 raise ValueError(f"cannot read a zarr array from {path!r}: {exc}") from exc
         else:
-            X = _npy_as_dask(path, chunk_rows)
+            X = _npy_as_dask(path, chunk_rows, row_bounds)
     elif isinstance(X, np.memmap) and X.ndim == 2 and _memmap_source(X) is not None:
-        X = _memmap_as_dask(X, chunk_rows)  # the workers read the file, nothing is pickled
+        X = _memmap_as_dask(X, chunk_rows, row_bounds)  # the workers read the file, nothing is pickled
     elif isinstance(X, np.ndarray):
         if X.ndim != 2:
             raise ValueError(f"X must be 2-D (rows x features), got {X.ndim}-D with shape {X.shape}")
@@ -169,32 +188,132 @@ def as_dask_array(X, *, chunk_rows=None):
     check_dtype(X.dtype)
     if len(X.chunks[1]) != 1:
         X = X.rechunk({1: -1})  # rows are the unit of work: one chunk spans all columns
+    if row_bounds is not None and list(np.concatenate(([0], np.cumsum(X.chunks[0])))) != list(row_bounds):
+        X = X.rechunk({0: tuple(np.diff(np.asarray(row_bounds)).tolist())})
     return X
 
 
+def _file_source(X):
+    """(path, offset, dtype, shape) of X when it is one file the workers can read (a ``.npy``
+    path or a file-backed memmap), else None."""
+    if isinstance(X, (str, os.PathLike)) and not os.path.isdir(X) and os.fspath(X).endswith(".npy"):
+        X = open_array_file(os.fspath(X), "embeddings")
+    if isinstance(X, np.memmap) and X.ndim == 2 and _memmap_source(X) is not None:
+        path, offset = _memmap_source(X)
+        return path, offset, X.dtype, X.shape
+    return None
+
+
+def _read_file_rows(file, start, stop):
+    """Rows [start, stop) of X read from its file (no memory map kept)."""
+    path, offset, dtype, shape = file
+    d = shape[1]
+    rows = np.fromfile(path, dtype=dtype, count=(stop - start) * d, offset=offset + start * d * dtype.itemsize)
+    return rows.reshape(stop - start, d)
+
+
+def _worker_addresses(client):
+    """The cluster's workers (addresses, sorted) and their thread counts."""
+    info = client.scheduler_info()["workers"]
+    addresses = sorted(info)
+    if not addresses:
+        raise ValueError("the dask cluster has no workers")
+    return addresses, [int(info[a].get("nthreads", 1)) for a in addresses]
+
+
+def leaf_ranges(n_rows, n_workers):
+    """How the reduction groups of X (``kernel.reduction_group_rows``) are shared out:
+    a list of (leaf_lo, leaf_hi, row_lo, row_hi), one per worker that holds rows, with
+    consecutive groups of about as many rows each (a power of two of workers: exactly as
+    many, one whole subtree each); the last range runs to the last leaf of the tree (the
+    leaves past X's rows hold none)."""
+    G = kernel.reduction_group_rows(n_rows)
+    n_groups = -(-int(n_rows) // G)
+    w = max(1, min(int(n_workers), n_groups))
+    # each cut near its even share, within a sixth of a share, where the most leaves line up
+    # with a whole subtree: fewer partial sums per round (the rounds' bytes)
+    slack = n_groups // (6 * w)
+    cuts = [0]
+    for i in range(1, w):
+        ideal = round(i * n_groups / w)
+        near = range(max(cuts[-1] + 1, ideal - slack), min(n_groups - (w - i), ideal + slack) + 1)
+        cuts.append(max(near, key=lambda c: ((c & -c), -abs(c - ideal))))
+    cuts.append(n_groups)
+    out = []
+    for i in range(w):
+        lo, hi = cuts[i], cuts[i + 1]
+        out.append((lo, kernel.REDUCE_LEAVES if i == w - 1 else hi, lo * G, min(int(n_rows), hi * G)))
+    return out
+
+
 class DaskEmbeddings:
-    """X held in the memory of a dask cluster as row chunks (futures), for the whole run.
+    """X held in the memory of a dask cluster, for the whole run.
+
+    Rows are shared out among the workers in whole reduction groups (:func:`leaf_ranges`);
+    each worker keeps its rows as the kernel reads them (float32, centred, with the ones
+    column: :meth:`held_rows`, made once the centre is known) and every phase computes on
+    them where they are.  A ``.npy`` file or a file-backed memmap is read by the workers
+    straight from the file (the scan, then their rows, a piece at a time): a worker never
+    holds more than its share.  Other sources are loaded as row chunks (sent once from
+    here, or computed by the workers) that are let go once the rows are held.
 
     Attributes
     ----------
     client : distributed.Client
-    futures : list of Future, one per row chunk (ndarray of shape (rows, d))
+    futures : list of Future, one per row chunk (ndarray of shape (rows, d)), each on its
+        worker; loaded when asked for
     offsets : ndarray of int64, first row of every chunk, then N
     shape, dtype : of X
+    ranges : list of (worker address, leaf_lo, leaf_hi, row_lo, row_hi, chunk indices)
     """
 
     def __init__(self, X, client=None, *, chunk_rows=None):
         _, distributed = _import_dask()
         self.client = client if client is not None else distributed.default_client()
-        X = as_dask_array(X, chunk_rows=chunk_rows)
-        self.shape = tuple(int(s) for s in X.shape)
-        self.dtype = np.dtype(X.dtype)
-        self.offsets = np.concatenate(([0], np.cumsum(X.chunks[0]))).astype(np.int64)
-        self.futures = self.client.compute(list(X.to_delayed().ravel()))
-        distributed.wait(self.futures)
-        bad = [f for f in self.futures if f.status != "finished"]
+        probe = as_dask_array(X, chunk_rows=chunk_rows)
+        self.shape = tuple(int(s) for s in probe.shape)
+        self.dtype = np.dtype(probe.dtype)
+        n, d = self.shape
+        step = chunk_rows or default_chunk_rows(d, self.dtype.itemsize)
+        addresses, self.worker_threads = _worker_addresses(self.client)
+        shares = leaf_ranges(n, len(addresses))
+        bounds = sorted(set(range(0, n, step)) | {r for *_, r0, r1 in shares for r in (r0, r1)} | {n})
+        self.offsets = np.asarray(bounds, dtype=np.int64)
+        self.ranges = []
+        for addr, (lo, hi, r0, r1) in zip(addresses, shares):
+            self.ranges.append((addr, lo, hi, r0, r1, [i for i in range(len(bounds) - 1) if r0 <= bounds[i] < r1]))
+        self.file = _file_source(X)  # (path, offset, dtype, shape) when the workers read a file
+        in_memory = isinstance(X, np.ndarray) and not isinstance(X, np.memmap)
+        self._source = X if in_memory else as_dask_array(X, chunk_rows=chunk_rows, row_bounds=bounds)
+        self._futures = None
+        self._held = None  # (centre, futures of each worker's held rows)
+        if self.file is None:
+            self._load()
+
+    def _load(self):
+        """Each chunk computed (or sent from here) on the worker whose rows it holds."""
+        _, distributed = _import_dask()
+        futures = [None] * self.n_chunks
+        blocks = None if isinstance(self._source, np.ndarray) else list(self._source.to_delayed().ravel())
+        for addr, lo, hi, r0, r1, idx in self.ranges:
+            for i in idx:
+                a, b = int(self.offsets[i]), int(self.offsets[i + 1])
+                if blocks is None:  # in memory here: sent once, straight to its worker
+                    [futures[i]] = self.client.scatter([np.ascontiguousarray(self._source[a:b])],
+                                                       workers=[addr], direct=True, hash=False)
+                else:
+                    futures[i] = self.client.compute(blocks[i], workers=[addr], allow_other_workers=False)
+        distributed.wait(futures)
+        bad = [f for f in futures if f.status != "finished"]
         if bad:
             bad[0].result()  # raise the worker's error (e.g. an unreadable shard)
+        self._futures = futures
+
+    @property
+    def futures(self):
+        if self._futures is None:
+            self._load()
+        return self._futures
 
     @classmethod
     def open(cls, X, client=None, *, chunk_rows=None):
@@ -211,7 +330,29 @@ class DaskEmbeddings:
 
     @property
     def n_chunks(self):
-        return len(self.futures)
+        return len(self.offsets) - 1
+
+    def held_rows(self, center):
+        """Futures of each worker's rows as the kernel reads them (float32, centred, with the
+        ones column: ``_HeldRows``), one per entry of ``ranges``; made on the workers from
+        their chunks the first time a centre is asked for, and kept."""
+        center = np.asarray(center, dtype=np.float32)
+        if self._held is not None and np.array_equal(self._held[0], center):
+            return self._held[1]
+        self._held = None
+        held = []
+        for addr, lo, hi, r0, r1, idx in self.ranges:
+            source = (self.file, r1) if self.file is not None else tuple(self.futures[i] for i in idx)
+            held.append(self.client.submit(_HeldRows, center, r0, lo, hi, source,
+                                           workers=[addr], allow_other_workers=False, pure=False))
+        _, distributed = _import_dask()
+        distributed.wait(held)
+        for f in held:
+            if f.status != "finished":
+                f.result()
+        self._held = (center.copy(), held)
+        self._futures = None  # the chunks are let go: the held rows replace them
+        return held
 
     def pieces(self, rows):
         """Futures of ``X[rows]`` (``rows`` sorted global indices), one task per chunk touched,
@@ -235,7 +376,7 @@ class DaskEmbeddings:
 
     def __repr__(self):
         return (f"DaskEmbeddings(shape={self.shape}, dtype={self.dtype}, chunks={self.n_chunks}, "
-                f"{self.nbytes / 1e6:.1f} MB on the cluster)")
+                f"workers={len(self.ranges)}, {self.nbytes / 1e6:.1f} MB on the cluster)")
 
 
 def _slice_rows(chunk, start, stop):
@@ -259,6 +400,10 @@ def _scan_block(start, n_rows, hash_rows, *pieces):
     return problem, sums, (block_digests(rows, start, n_rows) if hash_rows and problem is None else None)
 
 
+def _scan_file_block(file, start, stop, n_rows, hash_rows):
+    return _scan_block(start, n_rows, hash_rows, _read_file_rows(file, start, stop))
+
+
 def scan_rows_dask(X, progress=None, fingerprint=None):
     """``data.scan_rows`` on the cluster: checks every value is finite, returns column means.
 
@@ -278,7 +423,13 @@ def scan_rows_dask(X, progress=None, fingerprint=None):
     step = scan_chunk_rows(d, X.dtype.itemsize)
     futs = []
     for start in range(0, n, step):
-        rows = np.arange(start, min(n, start + step), dtype=np.int64)
+        stop = min(n, start + step)
+        if X.file is not None:  # read where the rows will be held, from the file
+            owner = next(r[0] for r in X.ranges if r[3] <= start < r[4])
+            futs.append(X.client.submit(_scan_file_block, X.file, start, stop, n, fingerprint is not None,
+                                        workers=[owner], pure=False))
+            continue
+        rows = np.arange(start, stop, dtype=np.int64)
         futs.append(X.client.submit(_scan_block, start, n, fingerprint is not None,
                                     *[f for f, _, _ in X.pieces(rows)], pure=False))
     total = np.zeros(d, dtype=np.float64)
@@ -306,63 +457,169 @@ def _worker_threads(n_threads):
         return 1
 
 
-def _train_task(center, positions, codes, member, coef, n_classes, C, loss, options, n_threads, precond,
-                *pieces):
-    raw = _stack(pieces)
-    Xa = gather_rows(raw, np.arange(raw.shape[0]), center,
-                     kernel.empty_rows(raw.shape[0], raw.shape[1] + 1))
-    coef, info = kernel.train_models(Xa, codes, member, n_classes, C=C, loss=loss, coef=coef,
-                                     positions=positions, precond=precond, options=options,
-                                     n_threads=_worker_threads(n_threads))
-    return coef, info["n_iter"], info["status"]
+class _HeldRows:
+    """A worker's rows of X as the kernel reads them, for the whole run: float32, centred,
+    with the ones column, 64-byte aligned with the kernel's padded stride (``kernel.empty_rows``),
+    the same values ``data.gather_rows`` writes locally.  Rows ``first`` ... of X, reduction
+    leaves [leaf_lo, leaf_hi); ``source`` is (file, last row + 1), read a piece at a time, or
+    the tuple of the rows' chunks."""
+
+    def __init__(self, center, first, leaf_lo, leaf_hi, source):
+        if isinstance(source, tuple) and len(source) == 2 and not isinstance(source[0], np.ndarray):
+            file, stop = source
+            d = file[3][1]
+            self.rows = kernel.empty_rows(stop - first, d + 1)
+            piece = max(1, GATHER_CHUNK_BYTES // (d * file[2].itemsize))
+            for a in range(first, stop, piece):
+                b = min(stop, a + piece)
+                raw = _read_file_rows(file, a, b)
+                gather_rows(raw, np.arange(b - a), center, self.rows[a - first:b - first])
+        else:
+            chunks = source
+            n = sum(c.shape[0] for c in chunks)
+            self.rows = kernel.empty_rows(n, (chunks[0].shape[1] if chunks else center.size) + 1)
+            at = 0
+            for c in chunks:
+                gather_rows(c, np.arange(c.shape[0]), center, self.rows[at:at + c.shape[0]])
+                at += c.shape[0]
+        self.first, self.leaf_lo, self.leaf_hi = int(first), int(leaf_lo), int(leaf_hi)
+
+    def __sizeof__(self):  # what dask counts as this worker's data
+        return int(self.rows.base.nbytes if self.rows.base is not None else self.rows.nbytes)
 
 
-def _predict_task(chunk, W, local, codes, heldout, center, n_classes, want_proba, n_threads):
-    n = local.size
-    Xa = gather_rows(chunk, local, center, kernel.empty_rows(n, chunk.shape[1] + 1))
-    seen = np.zeros(n, dtype=np.int32)
-    correct = np.zeros(n, dtype=np.int32)
-    prob_label = np.zeros(n, dtype=np.float64)
-    proba = np.zeros((n, n_classes), dtype=np.float64) if want_proba else None
-    kernel.predict_accumulate(Xa, codes, heldout, W, n_classes, seen, correct, prob_label, proba,
-                              _worker_threads(n_threads))
-    return seen, correct, prob_label, proba
+class _PhaseRows:
+    """One phase on a worker's held rows (a dask actor: the client calls it directly, without
+    the scheduler): the active rows' labels and member lists and the reduction layout
+    (inactive rows stay where they are and train no model)."""
+
+    def __init__(self, held, active_bits, member_bits, n_models, codes, first_position, group_rows, n_threads):
+        n = held.rows.shape[0]
+        act = np.unpackbits(active_bits, count=n).view(bool)
+        idx = np.flatnonzero(act)
+        member = np.zeros((n, n_models), dtype=np.uint8)
+        if idx.size:
+            member[idx] = np.unpackbits(member_bits, axis=1, count=n_models)
+        y = np.zeros(n, dtype=np.int32)
+        y[idx] = codes
+        # an inactive row takes the position of the next active row: every row block keeps
+        # its active rows (the local engine's blocks), inactive rows add nothing
+        positions = first_position + np.cumsum(act) - act
+        leaves = (held.first + np.arange(n, dtype=np.int64)) // group_rows
+        self.held, self.active_rows, self.member = held, idx, member
+        self.sums = kernel.MemberRows(held.rows, y, member, positions, leaves)
+        self.n_threads = _worker_threads(n_threads)
+
+    def evaluate(self, models, W, scale, loss):
+        """(partial sums of the worker's subtrees, seconds of the member pass); W and the sums
+        without the class rows' padding."""
+        t0 = time.perf_counter()
+        nA, C, D = W.shape
+        Wp = np.zeros((nA, C, kernel._kernel.member_width(D)), dtype=np.float32)
+        Wp[:, :, :D] = W
+        nodes = self.sums.sums(models, Wp, scale, loss, (self.held.leaf_lo, self.held.leaf_hi), self.n_threads)
+        nodes = [(level, index, _unpad_sums(values, C, D)) for level, index, values in nodes]
+        return nodes, time.perf_counter() - t0
+
+    def predict(self, W, n_classes, want_proba):
+        """Per active row: held-out predictions seen and correct, summed probability of the label."""
+        idx = self.active_rows
+        n = idx.size
+        seen = np.zeros(n, dtype=np.int32)
+        correct = np.zeros(n, dtype=np.int32)
+        prob_label = np.zeros(n, dtype=np.float64)
+        proba = np.zeros((n, n_classes), dtype=np.float64) if want_proba else None
+        if n:
+            lo, hi = int(idx[0]), int(idx[-1]) + 1
+            if hi - lo == n:  # the active rows are one run: a view, no copy
+                Xa = self.held.rows[lo:hi]
+            else:
+                Xa = kernel.empty_rows(n, self.held.rows.shape[1])
+                np.take(self.held.rows, idx, axis=0, out=Xa)
+            heldout = np.subtract(1, self.member[idx], dtype=np.uint8)
+            kernel.predict_accumulate(Xa, self.sums.y[idx], heldout, W, n_classes, seen, correct, prob_label,
+                                      proba, self.n_threads)
+        small = np.uint8 if W.shape[1] // n_classes < 256 else np.int32
+        return seen.astype(small), correct.astype(small), prob_label, proba
+
+
+def _unpad_sums(sums, n_classes, D, inverse=False):
+    """Sums (models, C * member_width(D) + 1) without the class rows' padding (zero), as
+    (models, C * D + 1); ``inverse``: back to the padded layout."""
+    Dp = kernel._kernel.member_width(D)
+    nA = sums.shape[0]
+    if inverse:
+        out = np.zeros((nA, n_classes * Dp + 1))
+        out[:, :-1].reshape(nA, n_classes, Dp)[:, :, :D] = sums[:, :-1].reshape(nA, n_classes, D)
+    else:
+        out = np.empty((nA, n_classes * D + 1))
+        out[:, :-1].reshape(nA, n_classes, D)[:] = sums[:, :-1].reshape(nA, n_classes, Dp)[:, :, :D]
+    out[:, -1] = sums[:, -1]
+    return out
+
+
+def _build_preconditioner(n_classes, l2, form, *parts):
+    rows = parts[0] if len(parts) == 1 else np.concatenate(parts)
+    return kernel.preconditioner(rows, n_classes, l2, 1, form=form)
+
+
+def _sample_rows(held, local):
+    return np.ascontiguousarray(held.rows[local])
+
+
+def _nodes_nbytes(nodes):
+    return sum(values.nbytes + 16 for _, _, values in nodes)
+
+
+def _small_codes(codes, n_classes):
+    return codes.astype(np.uint8 if n_classes <= 256 else np.int32)
 
 
 @dataclass
 class DaskPhaseScores(engine.PhaseScores):
-    """:class:`engine.PhaseScores` plus the bytes the phase moved (see ``bytes_moved``).
+    """:class:`engine.PhaseScores` plus the bytes the phase moved between processes.
 
-    ``bytes_moved`` keys: ``train_rows`` (training rows cut from the chunks and sent to the
-    training workers, raw dtype; an upper bound: pieces already on the training worker are
-    not sent), ``train_rows_remote`` (the part cut from chunks that were not on the worker
-    that trained the block, so that crossed between workers), ``train_inputs``
-    (labels, membership, positions and warm start sent with each block), ``coef_back``,
-    ``weights_broadcast`` (W to every worker), ``predict_inputs`` (row indices, labels and the
-    held-out mask of every chunk's active rows), ``counts_back`` (seen, correct, prob_label;
-    plus the probabilities when requested) and ``total``.
+    ``bytes_moved`` keys (measured: the ``nbytes`` of the arrays sent): ``phase_inputs``
+    (each worker's active-row mask, member bits and labels, once per phase),
+    ``precond_rows`` (the preconditioner's sample rows, to the client), ``weights_out``
+    (every round: the running models' trial weights, to every worker), ``sums_back`` (every
+    round: each worker's partial sums of loss and gradient), ``predict_weights`` (the phase's
+    weights, to every worker), ``counts_back`` (per active row: seen, correct, summed
+    probability of the label; the summed probabilities when asked for) and ``total``.
+    ``rounds`` counts the solver rounds (evaluations of the running models); ``seconds``
+    adds to the engine's ``rounds`` (wall time of the rounds, as the client sees them) and
+    ``rounds_compute`` (the slowest worker's member pass, summed over the rounds): their
+    difference is the rounds' communication and scheduling.
     """
 
     bytes_moved: dict = field(default_factory=dict)
+    rounds: int = 0
 
 
-def _split_blocks(blocks, min_blocks):
-    """Split blocks (largest first) until there are ``min_blocks`` of them; never changes results."""
-    blocks = [list(b) for b in blocks]
-    while len(blocks) < min_blocks:
-        i = max(range(len(blocks)), key=lambda j: len(blocks[j]))
-        if len(blocks[i]) < 2:
-            break
-        b = blocks.pop(i)
-        half = (len(b) + 1) // 2
-        blocks[i:i] = [b[:half], b[half:]]
-    return blocks
+def phase_arguments(X, client, options, loss, loss_params, n_classes, max_memory, active, codes, center):
+    """A phase's arguments checked and converted: (DaskEmbeddings, SolverOptions, resolved
+    loss, budget in bytes, active, codes, center).  A compiled user loss is refused: its
+    address is only valid in this process."""
+    X = DaskEmbeddings.open(X, client)
+    spec = resolve_loss(loss, loss_params, n_classes)
+    if spec.address:
+        raise ValueError(f"loss {spec.name!r} is a compiled user function; its address is only valid in this "
+                         "process, so the dask backend cannot use it (use a built-in loss)")
+    return (X, options or kernel.SolverOptions(), spec, parse_memory(max_memory), np.asarray(active, dtype=np.int64),
+            np.asarray(codes, dtype=np.int32), np.asarray(center, dtype=np.float32))
 
 
 def score_phase_dask(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="ce",
                      loss_params=None, options=None, max_memory=None, n_threads=None,
-                     warm_coef=None, proba_sum=None, on_block=None, client=None, min_blocks=None):
-    """``engine.score_phase`` on a dask cluster: the same PhaseScores, bitwise.
+                     warm_coef=None, proba_sum=None, on_block=None, client=None):
+    """``engine.score_phase`` on a dask cluster, data-parallel: the same PhaseScores, bitwise.
+
+    X's rows stay on the workers that hold them (:class:`DaskEmbeddings`).  The solver runs
+    here (``kernel.train_models_with``); in every round each worker computes, for the models
+    still running, the partial sums of loss and gradient over its own rows (whole reduction
+    groups, ``kernel.MemberRows``), and they are added here by the reduction tree
+    (``kernel.combine_nodes``) into the bits the local engine's pass adds up.  Prediction
+    sends the weights to every worker and takes back per-row counts.
 
     Parameters
     ----------
@@ -371,126 +628,121 @@ def score_phase_dask(X, codes, active, center, train_pos, *, n_classes, C=1.0, l
     codes, active, center, train_pos, n_classes, C, loss, loss_params, options, warm_coef :
         as in :func:`aflite_fast.engine.score_phase`
     max_memory : int or str, optional
-        Budget of one worker's training scratch (blocks of partitions are planned with it as
-        in the local engine).
+        Budget that chooses the preconditioner's form (as in the local engine).
     n_threads : int, optional
         Kernel threads inside each task; None uses each worker's thread count.
     proba_sum : ndarray (n_active, C) float64, optional; receives summed held-out probabilities
-    on_block : callable, optional; called after each trained block
+    on_block : callable, optional; called after training and after prediction
     client : distributed.Client, optional
         Default: the client ``X`` was opened with.
-    min_blocks : int, optional
-        Split the partitions into at least this many blocks so that several workers train at
-        once (default: the number of workers).  More blocks gather more rows in total.
 
     Returns
     -------
     DaskPhaseScores
     """
-    X = DaskEmbeddings.open(X, client)
+    X, options, spec, budget, active, codes, center = phase_arguments(
+        X, client, options, loss, loss_params, n_classes, max_memory, active, codes, center)
     client = X.client
-    options = options or kernel.SolverOptions()
-    spec = resolve_loss(loss, loss_params, n_classes)
-    if spec.address:
-        raise ValueError(f"loss {spec.name!r} is a compiled user function; its address is only valid in this "
-                         "process, so the dask backend cannot use it (use a built-in loss)")
-    budget = parse_memory(max_memory)
-    active = np.asarray(active, dtype=np.int64)
-    codes = np.asarray(codes, dtype=np.int32)
-    center = np.asarray(center, dtype=np.float32)
     n_active = active.size
-    m = train_pos.shape[0]
+    m, t = train_pos.shape
     d = X.shape[1]
     D = d + 1
-    item = X.dtype.itemsize
-    if min_blocks is None:
-        min_blocks = max(1, len(client.nthreads()))
-    member = membership_matrix(train_pos, n_active, np.empty((n_active, m), dtype=np.uint8))
-    blocks = _split_blocks(engine.plan_blocks(member, budget, d, n_classes, options.history), min_blocks)
-    coef = (np.zeros((m, D, n_classes)) if warm_coef is None else np.array(warm_coef, dtype=np.float64))
-    n_iter = np.zeros(m, dtype=np.int32)
-    status = np.zeros(m, dtype=np.int32)
     Ck = engine.kernel_C(C, n_classes)
-    moved = dict.fromkeys(["train_rows", "train_rows_remote", "precond_rows", "train_inputs", "coef_back",
-                           "weights_broadcast", "predict_inputs", "counts_back"], 0)
+    moved = dict.fromkeys(["phase_inputs", "precond_rows", "weights_out", "sums_back", "predict_weights",
+                           "counts_back"], 0)
     t0 = time.perf_counter()
-    # where each chunk lives before this phase copies any of it (for train_rows_remote)
-    holders = client.who_has(X.futures)
-    chunk_home = [set(holders.get(f.key, ())) for f in X.futures]
-    center_f = client.scatter(center, broadcast=True, hash=False)
+    held = X.held_rows(center)
+    member = membership_matrix(train_pos, n_active, np.empty((n_active, m), dtype=np.uint8))
+    group_rows = kernel.reduction_group_rows(X.shape[0])
+    cuts = []
+    phases = []
+    for (addr, lo, hi, r0, r1, _), h in zip(X.ranges, held):
+        a, b = (int(v) for v in np.searchsorted(active, [r0, r1]))
+        mask = np.zeros(r1 - r0, dtype=bool)
+        mask[active[a:b] - r0] = True
+        inputs = (np.packbits(mask), np.packbits(member[a:b], axis=1), m,
+                  _small_codes(codes[active[a:b]], n_classes), a, group_rows)
+        moved["phase_inputs"] += sum(v.nbytes for v in inputs if isinstance(v, np.ndarray))
+        phases.append(client.submit(_PhaseRows, h, *inputs, n_threads, workers=[addr], allow_other_workers=False,
+                                    pure=False, actor=True))
+        cuts.append((a, b, addr))
+    actor_futures = phases  # the actors live as long as their futures
+    phases = [f.result() for f in actor_futures]
     precond = None
+    seconds = {}
     if options.precondition:
-        def read_rows(rows):
-            raw = _stack(client.gather([f for f, _, _ in X.pieces(rows)]))
-            return gather_rows(raw, np.arange(rows.size), center,
-                               np.empty((rows.size, D), dtype=np.float32))
+        form = engine.phase_preconditioner_form(n_active, d, budget)
 
-        form = kernel.preconditioner_forms(n_active, D)[0]
-        precond = engine.phase_preconditioner(read_rows, active, d, n_classes, Ck,
-                                              train_pos.shape[1], _worker_threads(n_threads), form=form)
-        moved["precond_rows"] = int(kernel.preconditioner_sample(n_active, D, form).size) * d * item
-    precond_f = None if precond is None else client.scatter(precond, broadcast=True, hash=False)
-    jobs = []
-    for block in blocks:
-        bm = member[:, block]
-        union = np.flatnonzero(bm.any(axis=1))
-        rows = active[union]
-        pieces = X.pieces(rows)
-        member_b = np.ascontiguousarray(bm[union])
-        codes_b = codes[rows]
-        coef_b = np.ascontiguousarray(coef[block])
-        fut = client.submit(_train_task, center_f, union, codes_b, member_b, coef_b, n_classes, Ck, spec,
-                            options, n_threads, precond_f, *[f for f, _, _ in pieces], pure=False)
-        moved["train_rows"] += union.size * d * item
-        moved["train_inputs"] += union.nbytes + codes_b.nbytes + member_b.nbytes + coef_b.nbytes
-        moved["coef_back"] += coef_b.nbytes + 8 * len(block)
-        jobs.append((block, fut, pieces))
-    for block, fut, pieces in jobs:
-        coef_b, it, st = fut.result()
-        coef[block] = coef_b
-        n_iter[block] = it
-        status[block] = st
-        home = set(client.who_has([fut]).get(fut.key, ()))  # the worker that trained the block
-        for f, n_rows, i in pieces:
-            if not home & chunk_home[i]:
-                moved["train_rows_remote"] += n_rows * d * item
-        if on_block is not None:
-            on_block()
-    del jobs
+        p0 = time.perf_counter()
+        # built on the worker holding most of the sample's rows: the others send it theirs,
+        # and the preconditioner (D x D at most) comes here
+        sample = active[kernel.preconditioner_sample(n_active, D, form)]
+        futs, counts = [], []
+        for (addr, lo, hi, r0, r1, _), h in zip(X.ranges, held):
+            a, b = (int(v) for v in np.searchsorted(sample, [r0, r1]))
+            if b > a:
+                futs.append(client.submit(_sample_rows, h, sample[a:b] - r0, workers=[addr], pure=False))
+                counts.append((b - a, addr))
+        if futs:
+            _, home = max(counts)
+            moved["precond_rows"] += sum(c for c, addr in counts if addr != home) * D * 4
+            precond = client.submit(_build_preconditioner, n_classes, 1.0 / (Ck * t), form, *futs,
+                                    workers=[home], pure=False).result()
+        else:
+            precond = kernel.preconditioner(np.zeros((0, D), np.float32), n_classes, 1.0 / (Ck * t), form=form)
+        moved["precond_rows"] += precond.nbytes
+        seconds["preconditioner"] = time.perf_counter() - p0
+    coef = (np.zeros((m, D, n_classes)) if warm_coef is None else np.array(warm_coef, dtype=np.float64))
+    n_workers = len(phases)
+    rounds = 0
+    round_seconds, compute_seconds = [], []
+
+    def evaluate(models, W, scale, loss_spec):
+        nonlocal rounds
+        r0_ = time.perf_counter()
+        W = np.ascontiguousarray(W[:, :, :D])  # the class rows' padding is zero: not sent
+        moved["weights_out"] += (models.nbytes + W.nbytes + scale.nbytes) * n_workers
+        calls = [ph.evaluate(models, W, scale, loss_spec) for ph in phases]
+        nodes, slowest = [], 0.0
+        for part, busy in (c.result() for c in calls):
+            moved["sums_back"] += _nodes_nbytes(part)
+            nodes.extend(part)
+            slowest = max(slowest, busy)
+        compute_seconds.append(slowest)
+        rounds += 1
+        round_seconds.append(time.perf_counter() - r0_)
+        return _unpad_sums(kernel.combine_nodes(nodes), n_classes, D, inverse=True)
+
+    n_rows = member.sum(axis=0, dtype=np.int64)
+    coef, info = kernel.train_models_with(evaluate, n_rows, D, n_classes, C=Ck, loss=spec, coef=coef,
+                                          precond=precond, options=options,
+                                          n_threads=1 if n_threads is None else int(n_threads))
+    if on_block is not None:
+        on_block()
     t1 = time.perf_counter()
     W = kernel.stack_weights(coef)
-    n_workers = max(1, len(client.nthreads()))
-    W_f = client.scatter(W, broadcast=True, hash=False)
-    moved["weights_broadcast"] = W.nbytes * n_workers
-    cut = np.searchsorted(active, X.offsets)
-    futs = []
-    for i in range(X.n_chunks):
-        a, b = int(cut[i]), int(cut[i + 1])
-        if b == a:
-            continue
-        local = active[a:b] - X.offsets[i]
-        heldout = np.ascontiguousarray(1 - member[a:b])
-        codes_c = codes[active[a:b]]
-        futs.append((a, b, client.submit(_predict_task, X.futures[i], W_f, local, codes_c, heldout, center_f,
-                                         n_classes, proba_sum is not None, n_threads, pure=False)))
-        moved["predict_inputs"] += local.nbytes + codes_c.nbytes + heldout.nbytes
+    moved["predict_weights"] = W.nbytes * n_workers
+    futs = [ph.predict(W, n_classes, proba_sum is not None) for ph in phases]
     seen = np.zeros(n_active, dtype=np.int32)
     correct = np.zeros(n_active, dtype=np.int32)
     prob_label = np.zeros(n_active, dtype=np.float64)
-    for a, b, f in futs:
-        s, c, p, proba = f.result()
-        seen[a:b], correct[a:b], prob_label[a:b] = s, c, p
-        moved["counts_back"] += s.nbytes + c.nbytes + p.nbytes
+    for (a, b, _), f in zip(cuts, futs):
+        s_, c_, p_, proba = f.result()
+        seen[a:b], correct[a:b], prob_label[a:b] = s_, c_, p_
+        moved["counts_back"] += s_.nbytes + c_.nbytes + p_.nbytes
         if proba is not None:
             proba_sum[a:b] += proba
             moved["counts_back"] += proba.nbytes
+    del futs, phases, actor_futures
+    if on_block is not None:
+        on_block()
     t2 = time.perf_counter()
-    moved["center_broadcast"] = center.nbytes * n_workers
-    moved["total"] = sum(v for k, v in moved.items() if k != "train_rows_remote")
-    extra = {"n_chunks": len(futs)} if "n_chunks" in engine.PhaseScores.__dataclass_fields__ else {}
-    return DaskPhaseScores(seen=seen, correct=correct, prob_label=prob_label, coef=coef, n_iter=n_iter,
-                           status=status, n_blocks=len(blocks),
-                           seconds={"train": t1 - t0, "predict": t2 - t1}, bytes_moved=moved, **extra)
+    moved["total"] = sum(moved.values())
+    seconds.update(train=t1 - t0, predict=t2 - t1, rounds=float(np.sum(round_seconds)),
+                   rounds_compute=float(np.sum(compute_seconds)))
+    return DaskPhaseScores(seen=seen, correct=correct, prob_label=prob_label, coef=coef, n_iter=info["n_iter"],
+                           status=info["status"], n_blocks=1, seconds=seconds, n_chunks=n_workers,
+                           n_eval=info["n_eval"], bytes_moved=moved, rounds=rounds)
 
 
 # ----------------------------------------------------------------------------- CLI helpers
@@ -537,20 +789,3 @@ def close_client(client):
     client.close()
     if cluster is not None:
         cluster.close()
-
-
-def filter_on_cluster(scheduler, X, y, *, chunk_rows=None, **aflite_kwargs):
-    """What ``aflite-fast filter --scheduler ADDRESS`` runs.
-
-    Connects to ``scheduler`` (see :func:`connect`), puts X on the cluster (a ``.npy`` path,
-    a list of ``.npy`` shards, a ``.zarr`` path, an ndarray or a dask array; see
-    :func:`as_dask_array`), runs :func:`aflite_fast.aflite` with ``backend="dask"`` and
-    returns its AFLiteResult.  The client is closed afterwards, also after an error.
-    """
-    from .algorithm import aflite
-    client = connect(scheduler)
-    try:
-        Xd = DaskEmbeddings(X, client, chunk_rows=chunk_rows)
-        return aflite(Xd, y, backend="dask", **aflite_kwargs)
-    finally:
-        close_client(client)

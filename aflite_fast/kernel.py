@@ -46,6 +46,13 @@ COL_BLOCK = 256
 #: holds about this many bytes of rows, so that the rows of the super-blocks in progress stay
 #: in the last-level cache while every model reads its rows of them.
 SUPER_BLOCK_BYTES = 4 << 20
+#: Leaves of the reduction tree of a phase's sums (a power of two): the rows of X form this
+#: many groups of consecutive rows (:func:`reduction_group_rows`); a model's sums over each
+#: group are added up by a fixed binary tree, so that processes holding whole groups compute
+#: partial sums that add up to the same bits (``_kernel.member_eval_tree``).
+REDUCE_LEAVES = 64
+#: Rows of a reduction group at least (one row block): small X is one group.
+REDUCE_MIN_ROWS = 512
 #: Rows of the sample a preconditioner is estimated from: this many per column, at least
 #: :data:`PRECOND_MIN_ROWS` (all rows when there are fewer), at most
 #: :data:`PRECOND_MAX_ROWS` unless that leaves fewer than :data:`PRECOND_FLOOR_PER_COLUMN`
@@ -488,8 +495,72 @@ def item_blocks(positions, group):
     return items * group, items
 
 
+def reduction_group_rows(n_rows):
+    """Rows of X per group of the reduction tree: X's rows split into at most
+    :data:`REDUCE_LEAVES` runs of consecutive rows, at least :data:`REDUCE_MIN_ROWS` each.
+    A function of the number of rows of X alone."""
+    return max(REDUCE_MIN_ROWS, -(-int(n_rows) // REDUCE_LEAVES))
+
+
+def reduction_layout(positions, leaves, n_columns):
+    """Row blocks, super-blocks and reduction groups of rows at ``positions`` (sorted, in the
+    active set) whose rows of X fall in groups ``leaves`` (non-decreasing, see
+    :func:`reduction_group_rows`).
+
+    A row block is the rows of one group and one run of :data:`ROW_BLOCK` positions, a
+    super-block those of one group and one run of super-block positions (see
+    :func:`super_blocks`), a reduction group the super-blocks of one leaf.  The layout of
+    any subset of the rows is the layout of all restricted to it, so a process holding
+    some groups sums them exactly as a process holding all of them.
+
+    Returns
+    -------
+    row_blocks, super_blocks, group_blocks, group_leaves : int64 arrays
+        Boundaries (rows, row blocks, super-blocks) and the leaf of each group.
+    """
+    positions = np.asarray(positions, dtype=np.int64)
+    leaves = np.asarray(leaves, dtype=np.int64)
+    if positions.size == 0:
+        zero = np.array([0], dtype=np.int64)
+        return zero, zero, zero, np.zeros(0, dtype=np.int64)
+    new_leaf = np.flatnonzero(np.diff(leaves)) + 1
+    starts = np.union1d(np.flatnonzero(np.diff(positions // ROW_BLOCK)) + 1, new_leaf)
+    row_blocks = np.concatenate(([0], starts, [positions.size])).astype(np.int64)
+    size = max(1, SUPER_BLOCK_BYTES // (4 * int(n_columns) * ROW_BLOCK)) * ROW_BLOCK
+    first = row_blocks[:-1]
+    cut = (np.diff(positions[first] // size) != 0) | (np.diff(leaves[first]) != 0)
+    super_blocks = np.concatenate(([0], np.flatnonzero(cut) + 1, [first.size])).astype(np.int64)
+    sb_leaf = leaves[first[super_blocks[:-1]]]
+    group_blocks = np.concatenate(([0], np.flatnonzero(np.diff(sb_leaf)) + 1,
+                                   [super_blocks.size - 1])).astype(np.int64)
+    return row_blocks, super_blocks, group_blocks, sb_leaf[group_blocks[:-1]].astype(np.int64)
+
+
+def combine_nodes(nodes, n_leaves=None):
+    """The root of the reduction tree from partial sums, added as ``member_eval_tree`` adds
+    them: ``nodes`` are (level, index, sums) of disjoint whole subtrees of the tree over
+    ``n_leaves`` leaves (default :data:`REDUCE_LEAVES`), from any processes and in any order;
+    a node is its left child plus its right child, and a subtree without rows adds nothing.
+    Returns the sums over every row given (None when no node holds rows)."""
+    n_leaves = REDUCE_LEAVES if n_leaves is None else int(n_leaves)
+    top = n_leaves.bit_length() - 1
+    given = {(int(level), int(index)): values for level, index, values in nodes}
+
+    def value(level, index):
+        if (level, index) in given:
+            return given[(level, index)]
+        if level == 0:
+            return None
+        left, right = value(level - 1, 2 * index), value(level - 1, 2 * index + 1)
+        if left is None or right is None:
+            return right if left is None else left
+        return left + right
+
+    return value(top, 0)
+
+
 def train_models(Xa, y, member, n_classes, *, C=1.0, loss="ce", loss_params=None, coef=None,
-                 positions=None, precond=None, options=None, n_threads=1, group=1, n_free=1):
+                 positions=None, precond=None, options=None, n_threads=1, group=1, n_free=1, leaves=None):
     """Train ``member.shape[1]`` models on subsets of the rows ``Xa``.
 
     Parameters
@@ -530,6 +601,11 @@ def train_models(Xa, y, member, n_classes, *, C=1.0, loss="ce", loss_params=None
     n_free : int, default=1
         The last ``n_free`` rows of each model are not penalised (the intercept; for multiple
         choice the position-bias columns, or 0).
+    leaves : ndarray of shape (n,), int64, optional
+        Reduction group of every row (its row of X // :func:`reduction_group_rows`,
+        non-decreasing): each model's sums over the groups are added by the reduction tree
+        (:func:`reduction_layout`), so that :func:`train_models_with` fed partial sums of
+        whole groups from other processes gives the same bits.  None: one group.
 
     Returns
     -------
@@ -585,14 +661,20 @@ def train_models(Xa, y, member, n_classes, *, C=1.0, loss="ce", loss_params=None
             start, _ = train_models(Xa, y, np.ascontiguousarray(member[:, cold]), n_classes, C=C,
                                     loss=spec.warmup, coef=np.ascontiguousarray(coef[cold]),
                                     positions=positions, precond=precond, options=options,
-                                    n_threads=n_threads, group=group, n_free=n_free)
+                                    n_threads=n_threads, group=group, n_free=n_free, leaves=leaves)
             coef[cold] = start
+    groups = {}
     if group > 1:
+        if leaves is not None:
+            raise ValueError("train_models: multiple choice (group > 1) has no reduction groups")
         row_blocks, item_rb = item_blocks(positions, group)
         sblocks = super_blocks(positions, item_rb, D * group, max(1, ROW_BLOCK // group))
-    else:
+    elif leaves is None:
         row_blocks = row_blocks_from_positions(positions)
         sblocks = super_blocks(positions, row_blocks, D)
+    else:
+        row_blocks, sblocks, group_blocks, group_leaves = reduction_layout(positions, leaves, D)
+        groups = dict(group_blocks=group_blocks, group_leaves=group_leaves, n_leaves=REDUCE_LEAVES)
     inv_n = 1.0 / n_rows.astype(np.float64)
     n_iter = np.zeros(B, dtype=np.int32)
     status = np.zeros(B, dtype=np.int32)
@@ -607,9 +689,115 @@ def train_models(Xa, y, member, n_classes, *, C=1.0, loss="ce", loss_params=None
             options.tol, options.ftol, options.max_iter, options.history,
             options.max_line_search, n_iter, status, fval, n_eval, n_threads,
             pre_diag=pre.get("diag"), pre_factor=pre.get("factor"), pre_core=pre.get("core"),
-            pre_blocks=pre.get("factor_blocks"), group=group, n_free=n_free,
+            pre_blocks=pre.get("factor_blocks"), group=group, n_free=n_free, **groups,
         )
     return coef, {"n_iter": n_iter, "status": status, "objective": fval, "n_eval": n_eval}
+
+
+def train_models_with(evaluate, n_rows, n_columns, n_classes, *, C=1.0, loss="ce", loss_params=None,
+                      coef=None, precond=None, options=None, n_threads=1):
+    """:func:`train_models` with the evaluation of loss and gradient done by ``evaluate``.
+
+    The solver (``_kernel.LBFGSBlock``, the arithmetic of ``train_block``) runs here; every
+    round it calls ``evaluate(models, W, scale, loss)`` with the models still running
+    (int64 indices into the block), their class-major float32 trial weights
+    (len(models), C, member_width(D)), their gradient scales and the resolved loss, and takes
+    back their sums, float64 (len(models), C * member_width(D) + 1): the scaled gradient
+    sums, then the summed row loss, as ``_kernel.member_eval_tree`` returns them.  Sums that
+    ``combine_nodes`` adds up from the reduction tree's partial sums of every group give
+    bitwise the models of ``train_models(..., leaves=...)`` on the same rows.
+
+    Parameters
+    ----------
+    evaluate : callable
+    n_rows : ndarray of shape (B,), int64
+        Training rows of each model.
+    n_columns : int
+        D, the features plus the ones column.
+    n_classes, C, loss, loss_params, coef, options, n_threads : as in :func:`train_models`
+    precond : None or Preconditioner
+
+    Returns
+    -------
+    coef, info : as :func:`train_models` returns them
+    """
+    options = options or SolverOptions()
+    D = int(n_columns)
+    n_rows = np.asarray(n_rows, dtype=np.int64)
+    B = n_rows.size
+    spec = resolve_loss(loss, loss_params, n_classes)
+    if coef is None:
+        coef = np.zeros((B, D, n_classes), dtype=np.float64)
+    if coef.shape != (B, D, n_classes) or coef.dtype != np.float64 or not coef.flags.c_contiguous:
+        raise ValueError(f"coef must be a C-contiguous float64 array of shape {(B, D, n_classes)}")
+    if np.any(n_rows == 0):
+        raise ValueError("every model needs at least one training row")
+    if not options.precondition or precond is None:
+        precond = Preconditioner("none")
+    if getattr(spec, "warmup", None) is not None:
+        cold = np.flatnonzero(~coef.reshape(B, -1).any(axis=1))
+        if cold.size:
+            def evaluate_cold(models, W, scale, loss_spec):
+                return evaluate(cold[models], W, scale, loss_spec)
+
+            start, _ = train_models_with(evaluate_cold, n_rows[cold], D, n_classes, C=C, loss=spec.warmup,
+                                         coef=np.ascontiguousarray(coef[cold]), precond=precond,
+                                         options=options, n_threads=n_threads)
+            coef[cold] = start
+    l2 = 1.0 / (float(C) * n_rows)
+    inv_n = 1.0 / n_rows.astype(np.float64)
+    pre = precond.kernel_arguments(D)
+    solver = _kernel.LBFGSBlock(
+        coef.reshape(B, D * n_classes), l2, inv_n, n_classes, block_bounds(D, COL_BLOCK),
+        pre.get("dense", _NO_MATRIX), options.tol, options.ftol, options.max_iter, options.history,
+        options.max_line_search, n_threads, pre_diag=pre.get("diag"), pre_factor=pre.get("factor"),
+        pre_core=pre.get("core"), pre_blocks=pre.get("factor_blocks"))
+    with limit_blas_threads():
+        while True:
+            models, W = solver.trial()
+            if models.size == 0:
+                break
+            sums = evaluate(models, W, solver.scales(), spec)
+            solver.advance(np.ascontiguousarray(sums, dtype=np.float64))
+    n_iter, status, fval, n_eval = solver.results()
+    return coef, {"n_iter": n_iter, "status": status, "objective": fval, "n_eval": n_eval}
+
+
+class MemberRows:
+    """Rows, labels and member lists of some reduction groups, ready for partial sums of the
+    member pass (what a process holding those groups computes in each round of
+    :func:`train_models_with`).
+
+    ``Xa``, ``y``, ``member`` (n, B), ``positions`` and ``leaves`` as in :func:`train_models`.
+    """
+
+    def __init__(self, Xa, y, member, positions, leaves):
+        self.Xa, self.y = Xa, np.ascontiguousarray(y, dtype=np.int32)
+        D = Xa.shape[1]
+        self.layout = reduction_layout(positions, leaves, D)
+        row_blocks = self.layout[0]
+        self.n_models = member.shape[1]
+        self.mptr = np.zeros((self.n_models, row_blocks.size), dtype=np.int64)
+        self.mrows = np.zeros(int(member.sum(dtype=np.int64)), dtype=np.int32)
+        if Xa.shape[0]:
+            _kernel.member_index(member, row_blocks, self.mptr, self.mrows)
+
+    def sums(self, models, W, scale, loss, leaf_range=None, n_threads=1):
+        """(level, index, sums) of the reduction tree's whole subtrees of ``leaf_range``
+        (default all leaves) that hold rows (``_kernel.member_eval_tree``), for ``models``,
+        ``W``, ``scale`` as :func:`train_models_with` passes them and ``loss`` resolved (a
+        built-in loss)."""
+        if loss.address:
+            raise ValueError(f"loss {loss.name!r} is a compiled user function: its address is only valid "
+                             "in the process that compiled it")
+        lo, hi = (0, REDUCE_LEAVES) if leaf_range is None else leaf_range
+        row_blocks, sblocks, group_blocks, group_leaves = self.layout
+        with limit_blas_threads():
+            return _kernel.member_eval_tree(self.Xa, self.y, self.mptr, self.mrows, row_blocks, sblocks,
+                                            group_blocks, group_leaves, int(lo), int(hi),
+                                            np.asarray(models, dtype=np.int64), W,
+                                            np.asarray(scale, dtype=np.float64), loss.code, loss.params,
+                                            n_threads)
 
 
 def stack_weights(coef):

@@ -1,21 +1,26 @@
-"""One AFLite phase on a dask LocalCluster against the local engine; bytes moved per phase.
+"""One AFLite phase on a dask LocalCluster against the local engine: seconds, bytes moved, rounds.
 
 The Dask backend's benchmark.  Skewed, embedding-like data (``skewed_data.py``) of N x d float32 is
 written once to a ``.npy`` file; then, in one run:
 
 a. local: ``engine.score_phase`` on the memory-mapped file (page cache warm), ``--threads``
    kernel threads;
-b. dask: a ``LocalCluster`` of ``--workers`` processes with one thread each reads the file
-   chunk-wise on the workers (``DaskEmbeddings``), checks it and computes the centre there
-   (``scan_rows_dask``), and scores the same phase (``score_phase_dask``).
+b. dask, data-parallel (the backend): a ``LocalCluster`` of ``--workers`` processes with one
+   thread each loads its rows from the file (``DaskEmbeddings``: whole reduction groups per
+   worker, kept for the run), computes the centre there (``scan_rows_dask``) and scores the
+   same phase (``score_phase_dask``): per solver round, weights out and partial sums back;
+c. dask, gather path (``--gather``; ``_gather_path.py``, the design the backend replaced): each
+   block of partitions trains on one worker after its training rows are sent there.
 
-It checks that the two phases agree bitwise (coefficients and counts), and prints a markdown
-table: seconds of each step, and the bytes the dask phase moved against the size of X.
-Loading X into the workers' memory happens once per run, not per phase, and is timed apart.
+It checks that the phases agree bitwise (coefficients and counts) and prints markdown tables:
+seconds of each step, the solver's rounds and their cost (wall as the client sees it, and the
+slowest worker's member pass), the bytes each dask phase moved against the size of X, and the
+projection of a data-parallel phase to ``--project-n`` rows x ``--project-d`` features on
+``--project-workers`` workers from the measured per-round cost.
 
-Example (the run recorded in docs/dask.md)::
+Example (the runs recorded in benchmarks/RESULTS.md, "Data-parallel Dask")::
 
-    python benchmarks/bench_dask.py --n 200000 --d 768 --m 16 --t 20000
+    python benchmarks/bench_dask.py --n 200000 --d 768 --m 64 --t-frac 0.1 --gather
 """
 import argparse
 import os
@@ -25,10 +30,13 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+# the workers import _gather_path too
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (HERE, os.environ.get("PYTHONPATH")) if p)
 from skewed_data import make_skewed_embeddings  # noqa: E402
 
-from aflite_fast import engine  # noqa: E402
+from aflite_fast import engine, kernel  # noqa: E402
 from aflite_fast.data import encode_labels, scan_rows  # noqa: E402
 from aflite_fast.distributed import DaskEmbeddings, scan_rows_dask, score_phase_dask  # noqa: E402
 from aflite_fast.kernel import SolverOptions  # noqa: E402
@@ -44,18 +52,58 @@ def _mb(nbytes):
     return f"{nbytes / 1e6:,.1f}"
 
 
+def _same(a, b):
+    return (np.array_equal(a.coef, b.coef) and np.array_equal(a.seen, b.seen)
+            and np.array_equal(a.correct, b.correct) and np.array_equal(a.prob_label, b.prob_label))
+
+
+def projection(res, t_measured, d_measured, workers_measured, n_classes, m, *, n, d, workers, itemsize,
+               bandwidth, t_frac):
+    """Bytes and seconds of a data-parallel phase at n x d on ``workers`` workers, from the
+    measured phase ``res`` (t_measured rows per partition, d_measured features,
+    workers_measured workers): the same rounds and evaluations per model, one partial sum
+    per worker and round, the member pass at the measured rate, the measured per-round
+    overhead, and the rounds' bytes at ``bandwidth`` bytes/s."""
+    Dp = kernel._kernel.member_width(d + 1)
+    evaluated = int(res.n_eval.sum())
+    rounds = res.rounds
+    nodes = workers if kernel.REDUCE_LEAVES % workers == 0 else 2 * workers  # whole subtrees per worker
+    round_bytes = (workers * evaluated * (8 + 8 + n_classes * Dp * 4)      # indices, scales, weights out
+                   + nodes * evaluated * (n_classes * Dp + 1) * 8 + rounds * nodes * 16)  # sums back
+    precond = kernel.preconditioner_sample(n, d + 1).size * (d + 1) * 4
+    other = (n * (m / 8 + 1 + 1 / 8)                  # member bits, labels, active mask
+             + workers * (d + 1) * m * n_classes * 4  # prediction weights
+             + n * (1 + 1 + 8) + precond)             # counts back, the preconditioner's sample
+    # the member pass: (memberships x features) per second of the slowest worker's thread
+    rate = t_measured * evaluated * (d_measured + 1) / workers_measured / max(res.seconds["rounds_compute"], 1e-9)
+    compute = t_frac * n * evaluated * (d + 1) / workers / rate
+    overhead = res.seconds["rounds"] - res.seconds["rounds_compute"]
+    transfer = round_bytes / bandwidth
+    return dict(round_bytes=round_bytes, other_bytes=int(other), total=int(round_bytes + other),
+                x_bytes=n * d * itemsize, rounds=rounds, compute=compute, overhead=overhead, transfer=transfer,
+                seconds=compute + overhead + transfer)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, default=200000)
     ap.add_argument("--d", type=int, default=768)
     ap.add_argument("--classes", type=int, default=3)
-    ap.add_argument("--m", type=int, default=16, help="partitions")
-    ap.add_argument("--t", type=int, default=20000, help="training rows per partition")
+    ap.add_argument("--m", type=int, default=64, help="partitions")
+    ap.add_argument("--t-frac", type=float, default=0.1, help="training rows per partition / N")
     ap.add_argument("--C", type=float, default=1.0)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2, help="kernel threads of the local run")
-    ap.add_argument("--min-blocks", type=int, default=None,
-                    help="blocks of partitions on the cluster (default: one per worker)")
+    ap.add_argument("--gather", action="store_true", help="also run the gather path")
+    ap.add_argument("--memory-limit", default=None,
+                    help="each worker's memory_limit (e.g. 500MB): the run must finish without spilling "
+                         "to disk or restarting a worker")
+    ap.add_argument("--skip-local", action="store_true")
+    ap.add_argument("--project-n", type=float, default=1e8)
+    ap.add_argument("--project-d", type=int, default=1024)
+    ap.add_argument("--project-workers", type=int, default=32)
+    ap.add_argument("--project-itemsize", type=int, default=2, help="bytes per value of the projected X")
+    ap.add_argument("--bandwidth", type=float, default=1.25e9, help="bytes/s of the projected network")
     ap.add_argument("--data", default="/tmp/aflite_bench_dask_X.npy")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
@@ -63,87 +111,141 @@ def main(argv=None):
     from distributed import Client, LocalCluster
 
     t0 = time.perf_counter()
-    ypath = args.data.replace(".npy", "_y.npy")
-    if os.path.exists(args.data) and np.load(args.data, mmap_mode="r").shape == (args.n, args.d):
+    data = args.data.replace(".npy", f"_{args.n}x{args.d}.npy")
+    ypath = data.replace(".npy", "_y.npy")
+    if os.path.exists(data) and os.path.exists(ypath) and np.load(data, mmap_mode="r").shape == (args.n, args.d):
         y = np.load(ypath)
     else:
         X, y = make_skewed_embeddings(args.n, args.d, args.classes, random_state=args.seed)
-        np.save(args.data, X)
+        np.save(data, X)
         np.save(ypath, y)
         del X
-    print(f"data ready in {time.perf_counter() - t0:.1f} s: {args.data}", flush=True)
-    X = np.load(args.data, mmap_mode="r")
+    print(f"data ready in {time.perf_counter() - t0:.1f} s: {data}", flush=True)
+    X = np.load(data, mmap_mode="r")
     codes = encode_labels(y).codes
     n_classes = int(codes.max()) + 1
     active = np.arange(args.n, dtype=np.int64)
-    train_pos = engine.partition_train_positions(args.seed, 0, args.n, args.t, args.m)
+    t = int(round(args.t_frac * args.n))
+    train_pos = engine.partition_train_positions(args.seed, 0, args.n, t, args.m)
     options = SolverOptions()
+    common = dict(n_classes=n_classes, C=args.C, options=options)
 
-    # warm-up (thread pools, Numba caches) so that the timed local phase is compute only
-    small = np.arange(min(args.n, 4000), dtype=np.int64)
-    engine.score_phase(X, codes, small, np.zeros(args.d, np.float32),
-                       engine.partition_train_positions(args.seed, 1, small.size, small.size // 2, 2),
-                       n_classes=n_classes, options=SolverOptions(max_iter=5), n_threads=args.threads)
-    t0 = time.perf_counter()
-    center = scan_rows(X).astype(np.float32)
-    t_scan_local = time.perf_counter() - t0
-    load_before = os.getloadavg()[0]
-    c0 = _cpu_seconds()
-    t0 = time.perf_counter()
-    local = engine.score_phase(X, codes, active, center, train_pos, n_classes=n_classes, C=args.C,
-                               options=options, n_threads=args.threads)
-    t_local = time.perf_counter() - t0
-    cpu_local = _cpu_seconds() - c0
-    load_local = (load_before, os.getloadavg()[0])
-    print(f"local phase {t_local:.1f} s ({local.seconds})", flush=True)
-
-    with LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True,
-                      dashboard_address=None) as cluster, Client(cluster) as client:
+    local = None
+    if not args.skip_local:
+        # warm-up (thread pools) so that the timed local phase is compute only
+        small = np.arange(min(args.n, 4000), dtype=np.int64)
+        engine.score_phase(X, codes, small, np.zeros(args.d, np.float32),
+                           engine.partition_train_positions(args.seed, 1, small.size, small.size // 2, 2),
+                           n_classes=n_classes, options=SolverOptions(max_iter=5), n_threads=args.threads)
+        center = scan_rows(X).astype(np.float32)
+        load_before = os.getloadavg()[0]
         t0 = time.perf_counter()
-        Xd = DaskEmbeddings(args.data, client)
+        local = engine.score_phase(X, codes, active, center, train_pos, n_threads=args.threads, **common)
+        t_local = time.perf_counter() - t0
+        load_local = (load_before, os.getloadavg()[0])
+        print(f"local phase {t_local:.2f} s ({local.seconds}); evaluations per model "
+              f"{local.n_eval.mean():.1f}", flush=True)
+
+    cluster_kw = dict(n_workers=args.workers, threads_per_worker=1, processes=True, dashboard_address=None)
+    if args.memory_limit:
+        cluster_kw["memory_limit"] = args.memory_limit
+    with LocalCluster(**cluster_kw) as cluster, Client(cluster) as client:
+        pids = client.run(os.getpid)
+        t0 = time.perf_counter()
+        Xd = DaskEmbeddings(data, client)
         t_load = time.perf_counter() - t0
         t0 = time.perf_counter()
         center_d = scan_rows_dask(Xd).astype(np.float32)
-        t_scan_dask = time.perf_counter() - t0
-        load_before = os.getloadavg()[0]
-        c0 = sum(client.run(_cpu_seconds).values())
+        t_scan = time.perf_counter() - t0
         t0 = time.perf_counter()
-        remote = score_phase_dask(Xd, codes, active, center_d, train_pos, n_classes=n_classes, C=args.C,
-                                  options=options, min_blocks=args.min_blocks)
+        Xd.held_rows(center_d)
+        t_hold = time.perf_counter() - t0
+        load_before = os.getloadavg()[0]
+        t0 = time.perf_counter()
+        remote = score_phase_dask(Xd, codes, active, center_d, train_pos, **common)
         t_dask = time.perf_counter() - t0
-        cpu_dask = sum(client.run(_cpu_seconds).values()) - c0
         load_dask = (load_before, os.getloadavg()[0])
-        print(f"dask phase {t_dask:.1f} s ({remote.seconds})", flush=True)
+        print(f"dask phase {t_dask:.2f} s ({remote.seconds}); rounds {remote.rounds}", flush=True)
+        memory = client.run(lambda dask_worker: (dask_worker.data.fast.total_weight if hasattr(
+            dask_worker.data, "fast") else 0, len(getattr(dask_worker.data, "slow", {}) or {}),
+            __import__("psutil").Process().memory_info().rss))
+        gather = None
+        if args.gather:
+            from _gather_path import score_phase_gather
+            t0 = time.perf_counter()
+            gather = score_phase_gather(Xd, codes, active, center_d, train_pos, **common)
+            t_gather = time.perf_counter() - t0
+            print(f"gather phase {t_gather:.2f} s ({gather.seconds})", flush=True)
+        restarted = client.run(os.getpid) != pids
 
-    same = (np.array_equal(center, center_d) and np.array_equal(local.coef, remote.coef)
-            and np.array_equal(local.seen, remote.seen) and np.array_equal(local.correct, remote.correct)
-            and np.array_equal(local.prob_label, remote.prob_label))
     Xbytes = X.nbytes
     mv = remote.bytes_moved
     print()
-    print(f"N={args.n} d={args.d} C={n_classes} m={args.m} t={args.t}; X = {_mb(Xbytes)} MB float32; "
-          f"{time.strftime('%Y-%m-%d')}; {platform.processor() or platform.machine()}, {os.cpu_count()} cores")
-    print(f"bitwise identical (centre, coefficients, counts): {same}; mean L-BFGS iterations "
-          f"{local.n_iter.mean():.0f}; blocks: local {local.n_blocks}, dask {remote.n_blocks}")
+    print(f"N={args.n} d={args.d} C={n_classes} m={args.m} t={t}; X = {_mb(Xbytes)} MB float32; "
+          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {platform.processor() or platform.machine()}, "
+          f"{os.cpu_count()} cores")
+    if local is not None:
+        print(f"bitwise identical to local (coefficients, counts): data-parallel {_same(local, remote)}"
+              + (f", gather {_same(local, gather)}" if gather is not None else "")
+              + f"; evaluations per model {local.n_eval.mean():.1f} (max {local.n_eval.max()})")
+    print(f"workers: {len(Xd.ranges)}, leaves {[r[1:3] for r in Xd.ranges]}; restarted: {restarted}; "
+          f"per worker (managed bytes in memory, keys spilled to disk, RSS): {list(memory.values())}")
     print()
-    print("| step | local (1 process, %d threads) | dask LocalCluster (%d workers x 1 thread) |"
-          % (args.threads, args.workers))
-    print("|---|---|---|")
-    print(f"| load X into worker memory (once per run) | - (memory map) | {t_load:.1f} s |")
-    print(f"| centre + finite check (once per run) | {t_scan_local:.1f} s | {t_scan_dask:.1f} s |")
-    print(f"| phase: train | {local.seconds['train']:.1f} s | {remote.seconds['train']:.1f} s |")
-    print(f"| phase: predict | {local.seconds['predict']:.1f} s | {remote.seconds['predict']:.1f} s |")
-    print(f"| phase total (wall) | {t_local:.1f} s | {t_dask:.1f} s |")
-    print(f"| phase CPU seconds (client / all workers) | {cpu_local:.0f} s | {cpu_dask:.0f} s |")
-    print(f"| 1-min load average before / after the phase | {load_local[0]:.1f} / {load_local[1]:.1f} | "
-          f"{load_dask[0]:.1f} / {load_dask[1]:.1f} |")
+    print("| step | local (1 process, %d threads) | data-parallel (%d workers x 1 thread) |%s"
+          % (args.threads, args.workers, " gather path |" if gather is not None else ""))
+    print("|---|---|---|" + ("---|" if gather is not None else ""))
+    g = (lambda s: f" {s} |") if gather is not None else (lambda s: "")
+    lt = (lambda s: s) if local is not None else (lambda s: "-")
+    print(f"| load X into worker memory (once per run) | - | {t_load:.1f} s |" + g("(same)"))
+    print(f"| centre + finite check (once per run) | - | {t_scan:.1f} s |" + g("(same)"))
+    print(f"| float32 rows held on the workers (once per run) | - | {t_hold:.1f} s |" + g("-"))
+    if local is not None:
+        print(f"| phase: train | {local.seconds['train']:.2f} s | {remote.seconds['train']:.2f} s |"
+              + g(f"{gather.seconds['train']:.2f} s" if gather is not None else ""))
+        print(f"| phase: predict | {local.seconds['predict']:.2f} s | {remote.seconds['predict']:.2f} s |"
+              + g(f"{gather.seconds['predict']:.2f} s" if gather is not None else ""))
+        print(f"| **phase total (wall)** | {t_local:.2f} s | {t_dask:.2f} s ({t_dask / t_local:.2f}x local) |"
+              + g(f"{t_gather:.2f} s ({t_gather / t_local:.2f}x local)" if gather is not None else ""))
+        print(f"| 1-min load average before / after | {load_local[0]:.1f} / {load_local[1]:.1f} | "
+              f"{load_dask[0]:.1f} / {load_dask[1]:.1f} |" + g(""))
+    print(f"| solver rounds | {lt(str(local.n_eval.max()) if local is not None else '')} | {remote.rounds} |"
+          + g("-"))
+    print(f"| rounds: wall / slowest worker's pass / rest (per round) | - | {remote.seconds['rounds']:.2f} / "
+          f"{remote.seconds['rounds_compute']:.2f} / "
+          f"{(remote.seconds['rounds'] - remote.seconds['rounds_compute']) / remote.rounds * 1e3:.0f} ms |" + g("-"))
+    pre_local = f"{local.seconds['preconditioner']:.2f} s" if local is not None else "-"
+    print(f"| preconditioner (reads included) | {pre_local} | {remote.seconds.get('preconditioner', 0):.2f} s |"
+          + g(""))
     print()
     print("| moved per phase | MB | share of X |")
     print("|---|---|---|")
-    for key in ("train_rows", "train_rows_remote", "train_inputs", "coef_back", "center_broadcast",
-                "weights_broadcast", "predict_inputs", "counts_back", "total"):
-        print(f"| {key} | {_mb(mv[key])} | {mv[key] / Xbytes:.3f} |")
-    return 0 if same else 1
+    for key, value in mv.items():
+        print(f"| {key} | {_mb(value)} | {value / Xbytes:.4f} |")
+    if gather is not None:
+        print(f"| gather path: total | {_mb(gather.bytes_moved['total'])} | "
+              f"{gather.bytes_moved['total'] / Xbytes:.4f} |")
+        print(f"| gather path: rows crossing between workers | {_mb(gather.bytes_moved['train_rows_remote'])} | "
+              f"{gather.bytes_moved['train_rows_remote'] / Xbytes:.4f} |")
+    p = projection(remote, t, args.d, len(Xd.ranges), n_classes, args.m, n=int(args.project_n), d=args.project_d,
+                   workers=args.project_workers, itemsize=args.project_itemsize, bandwidth=args.bandwidth,
+                   t_frac=args.t_frac)
+    print()
+    print(f"Projection: N={args.project_n:.0e}, d={args.project_d}, {args.project_workers} workers x 1 thread, "
+          f"X = {p['x_bytes'] / 1e9:.0f} GB ({args.project_itemsize} bytes/value), "
+          f"network {args.bandwidth / 1e9:.2f} GB/s, {p['rounds']} rounds as measured")
+    print()
+    print("| per phase | value |")
+    print("|---|---|")
+    print(f"| bytes of the rounds (weights out, sums back) | {p['round_bytes'] / 1e9:.3f} GB |")
+    print(f"| bytes per row (phase inputs, counts back) + prediction weights + preconditioner sample | "
+          f"{p['other_bytes'] / 1e9:.3f} GB |")
+    print(f"| total | {p['total'] / 1e9:.3f} GB ({p['total'] / p['x_bytes']:.4f} of X) |")
+    print(f"| member pass (measured rate, the slowest worker's rows) | {p['compute']:.1f} s |")
+    print(f"| transfer of the rounds at the network's rate | {p['transfer']:.2f} s |")
+    print(f"| per-round overhead as measured here (scheduling, local transfers) | {p['overhead']:.2f} s |")
+    print(f"| phase training, projected | {p['seconds']:.1f} s |")
+    ok = local is None or (_same(local, remote) and (gather is None or _same(local, gather)))
+    return 0 if ok and not restarted else 1
 
 
 if __name__ == "__main__":

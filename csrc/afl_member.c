@@ -139,17 +139,21 @@ void afl_member_index(int64_t n, int64_t B, const uint8_t *member, int64_t nrb,
     }
 }
 
-int afl_member_eval(const afl_member_set *s, int64_t nA, const int64_t *active,
-                    const float *W, const double *scale, double *loss, double *grad,
-                    int n_threads)
+/* Where the member pass puts each super-block's sums (called in super-block order). */
+typedef void (*afl_member_sink)(void *ctx, int64_t sb, const double *part, int64_t nA, int64_t P,
+                                int64_t stride);
+
+/* The member pass over every super-block; sink(ctx, sb, part, ...) receives super-block sb's
+ * sums (nA x stride doubles: P gradient entries, then the loss) in super-block order. */
+static int member_pass(const afl_member_set *s, int64_t nA, const int64_t *active,
+                       const float *W, const double *scale, int n_threads,
+                       afl_member_sink sink, void *ctx)
 {
     const int C = s->C;
     const int64_t P = (int64_t)C * s->Dp, stride = P + 1;
     int64_t qmax = 0;
     for (int64_t rb = 0; rb < s->nrb; rb++)
         if (s->row_blocks[rb + 1] - s->row_blocks[rb] > qmax) qmax = s->row_blocks[rb + 1] - s->row_blocks[rb];
-    for (int64_t a = 0; a < nA; a++) loss[a] = 0.0;
-    memset(grad, 0, (size_t)(nA * P) * sizeof(double));
     if (nA == 0 || s->nsb == 0 || qmax == 0) return 0;
     afl_member_init();
     void (*const fn)(const afl_member_set *, int64_t, int64_t, const int64_t *, const float *,
@@ -194,7 +198,7 @@ int afl_member_eval(const afl_member_set *s, int64_t nA, const int64_t *active,
             failed = 1;
         }
         /* super-blocks in order; each thread sums its super-block into `part`, and the
-         * ordered section adds the parts in super-block order */
+         * ordered section hands the parts to the sink in super-block order */
 #ifdef _OPENMP
 #pragma omp for schedule(dynamic, 1) ordered
 #endif
@@ -207,13 +211,7 @@ int afl_member_eval(const afl_member_set *s, int64_t nA, const int64_t *active,
 #pragma omp ordered
 #endif
             {
-                if (ok)
-                    for (int64_t a = 0; a < nA; a++) {
-                        const double *pa = part + a * stride;
-                        double *ga = grad + a * P;
-                        for (int64_t k = 0; k < P; k++) ga[k] += pa[k];
-                        loss[a] += pa[P];
-                    }
+                if (ok) sink(ctx, sb, part, nA, P, stride);
             }
         }
         free(part);
@@ -225,6 +223,160 @@ int afl_member_eval(const afl_member_set *s, int64_t nA, const int64_t *active,
         free(w.work);
     }
     return failed ? -1 : 0;
+}
+
+typedef struct {
+    double *loss, *grad;
+} afl_sum_sink;
+
+/* Super-block sums added in order into grad and loss. */
+static void sum_sink(void *ctx, int64_t sb, const double *part, int64_t nA, int64_t P, int64_t stride)
+{
+    const afl_sum_sink *o = (const afl_sum_sink *)ctx;
+    (void)sb;
+    for (int64_t a = 0; a < nA; a++) {
+        const double *pa = part + a * stride;
+        double *ga = o->grad + a * P;
+        for (int64_t k = 0; k < P; k++) ga[k] += pa[k];
+        o->loss[a] += pa[P];
+    }
+}
+
+int afl_member_eval(const afl_member_set *s, int64_t nA, const int64_t *active,
+                    const float *W, const double *scale, double *loss, double *grad,
+                    int n_threads)
+{
+    const int64_t P = (int64_t)s->C * s->Dp;
+    for (int64_t a = 0; a < nA; a++) loss[a] = 0.0;
+    memset(grad, 0, (size_t)(nA * P) * sizeof(double));
+    afl_sum_sink o = {loss, grad};
+    return member_pass(s, nA, active, W, scale, n_threads, sum_sink, &o);
+}
+
+/* The reduction tree of afl_member_eval_tree: a stack of nodes (level, index, present),
+ * each nA x stride doubles in a slot of `pool`. */
+typedef struct {
+    const int64_t *gsb;      /* ng + 1 group boundaries (super-blocks) */
+    const int64_t *gleaf;    /* leaf of each group */
+    int64_t ng, g;           /* groups; the group in progress */
+    int64_t next_leaf;       /* first leaf not pushed yet */
+    int64_t len;             /* nA x stride */
+    int64_t depth;           /* nodes on the stack */
+    int64_t *level, *index;
+    int *present;
+    double **slot;           /* slot[k]: values of stack node k; slot[depth]: the group's sums */
+} afl_tree_sink;
+
+/* Push leaf `leaf` (present: its sums are in slot[depth]) and merge while the node below is
+ * its left sibling: left + right, element by element (an absent node adds nothing). */
+static void tree_push(afl_tree_sink *t, int64_t leaf, int present)
+{
+    int64_t k = t->depth, L = 0, i = leaf;
+    t->level[k] = L;
+    t->index[k] = i;
+    t->present[k] = present;
+    t->depth = k + 1;
+    while (t->depth >= 2) {
+        const int64_t top = t->depth - 1, below = top - 1;
+        if (t->level[below] != t->level[top] || t->index[top] % 2 != 1 || t->index[below] != t->index[top] - 1)
+            break;
+        if (t->present[below] && t->present[top]) {
+            double *l = t->slot[below];
+            const double *r = t->slot[top];
+            for (int64_t e = 0; e < t->len; e++) l[e] = l[e] + r[e];
+        } else if (t->present[top]) {
+            double *tmp = t->slot[below];
+            t->slot[below] = t->slot[top];
+            t->slot[top] = tmp;
+            t->present[below] = 1;
+        }
+        t->level[below] += 1;
+        t->index[below] /= 2;
+        t->depth = top;
+    }
+}
+
+/* Absent leaves up to (not including) `leaf`. */
+static void tree_skip_to(afl_tree_sink *t, int64_t leaf)
+{
+    while (t->next_leaf < leaf) tree_push(t, t->next_leaf++, 0);
+}
+
+static void tree_sink(void *ctx, int64_t sb, const double *part, int64_t nA, int64_t P, int64_t stride)
+{
+    afl_tree_sink *t = (afl_tree_sink *)ctx;
+    (void)nA; (void)P; (void)stride;
+    while (t->g < t->ng && sb >= t->gsb[t->g + 1]) t->g++;
+    double *acc = t->slot[t->depth];
+    if (sb == t->gsb[t->g]) {
+        /* a group starts: absent leaves before it, then its sums from zero: 0 + part is part
+         * (a part is sums from +0, never -0) */
+        tree_skip_to(t, t->gleaf[t->g]);
+        acc = t->slot[t->depth];
+        memcpy(acc, part, (size_t)t->len * sizeof(double));
+    } else {
+        for (int64_t e = 0; e < t->len; e++) acc[e] += part[e];
+    }
+    if (sb + 1 == t->gsb[t->g + 1]) {  /* the group ends: its leaf joins the tree */
+        tree_push(t, t->gleaf[t->g], 1);
+        t->next_leaf = t->gleaf[t->g] + 1;
+    }
+}
+
+int afl_member_eval_tree(const afl_member_set *s, int64_t nA, const int64_t *active,
+                         const float *W, const double *scale, int64_t ng, const int64_t *gsb,
+                         const int64_t *gleaf, int64_t leaf_lo, int64_t leaf_hi, int64_t max_nodes,
+                         double *nodes, int64_t *level, int64_t *index, int64_t *n_nodes,
+                         int n_threads)
+{
+    const int64_t stride = (int64_t)s->C * s->Dp + 1, len = nA * stride;
+    afl_tree_sink t;
+    int rc = 0;
+    *n_nodes = 0;
+    if (max_nodes < 1) return -1;
+    t.gsb = gsb;
+    t.gleaf = gleaf;
+    t.ng = ng;
+    t.g = 0;
+    t.next_leaf = leaf_lo;
+    t.len = len;
+    t.depth = 0;
+    /* a stack of merged nodes holds at most one node per level, plus the group in progress */
+    const int64_t cap = 2 * 64 + 2;
+    t.level = (int64_t *)malloc((size_t)cap * sizeof(int64_t));
+    t.index = (int64_t *)malloc((size_t)cap * sizeof(int64_t));
+    t.present = (int *)malloc((size_t)cap * sizeof(int));
+    t.slot = (double **)calloc((size_t)cap, sizeof(double *));
+    int64_t n_slots = 0;
+    for (int64_t lv = leaf_hi - leaf_lo; lv > 0; lv >>= 1) n_slots++;
+    n_slots = 2 * n_slots + 3;
+    if (n_slots > cap) n_slots = cap;
+    double *pool = (double *)malloc((size_t)(n_slots * (len > 0 ? len : 1)) * sizeof(double));
+    if (!t.level || !t.index || !t.present || !t.slot || !pool) {
+        rc = -1;
+    } else {
+        for (int64_t k = 0; k < n_slots; k++) t.slot[k] = pool + k * len;
+        if (ng > 0 && nA > 0) rc = member_pass(s, nA, active, W, scale, n_threads, tree_sink, &t);
+        if (rc == 0) {
+            tree_skip_to(&t, leaf_hi);
+            int64_t out = 0;
+            for (int64_t k = 0; k < t.depth; k++) {
+                if (!t.present[k]) continue;
+                if (out >= max_nodes) { rc = -2; break; }
+                memcpy(nodes + out * len, t.slot[k], (size_t)len * sizeof(double));
+                level[out] = t.level[k];
+                index[out] = t.index[k];
+                out++;
+            }
+            *n_nodes = out;
+        }
+    }
+    free(pool);
+    free(t.level);
+    free(t.index);
+    free(t.present);
+    free(t.slot);
+    return rc;
 }
 
 int afl_predict(int64_t n, int64_t D, const float *X, int64_t ldx, int64_t B, int C,

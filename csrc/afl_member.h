@@ -100,6 +100,24 @@ int afl_member_eval(const afl_member_set *s, int64_t nA, const int64_t *active,
                     const float *W, const double *scale, double *loss, double *grad,
                     int n_threads);
 
+/* afl_member_eval with a fixed reduction tree over groups of rows, so that a caller holding
+ * only some of the groups computes partial sums that add up to the same bits.
+ * The super-blocks form ng groups (group g: super-blocks gsb[g] .. gsb[g + 1]), group g is
+ * leaf gleaf[g] (increasing) of a binary tree over leaves [0, 2^k).  A group's sums are its
+ * super-blocks' sums added in order from zero (as afl_member_eval adds them); a node of the
+ * tree is its left child plus its right child, element by element (a leaf without rows adds
+ * nothing).  For the leaves [leaf_lo, leaf_hi) this writes the maximal whole subtrees that
+ * hold rows, left to right: node o (level[o], index[o]: leaves index << level .. (index + 1)
+ * << level) is nodes[o * nA * (C * Dp + 1) ..], model by model, C * Dp gradient entries (as
+ * afl_member_eval's grad) and then the loss.  With [leaf_lo, leaf_hi) the whole tree there is
+ * one node, the root (none when no row is given).  Returns 0, -1 if scratch memory could not
+ * be allocated, -2 if more than max_nodes nodes were due. */
+int afl_member_eval_tree(const afl_member_set *s, int64_t nA, const int64_t *active,
+                         const float *W, const double *scale, int64_t ng, const int64_t *gsb,
+                         const int64_t *gleaf, int64_t leaf_lo, int64_t leaf_hi, int64_t max_nodes,
+                         double *nodes, int64_t *level, int64_t *index, int64_t *n_nodes,
+                         int n_threads);
+
 /* Pick the instruction set of the row passes (call once before any thread may use them). */
 void afl_member_init(void);
 

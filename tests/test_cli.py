@@ -36,6 +36,7 @@ def test_filter_writes_outputs(emb_files, output_files):
     assert keep.size >= 300 and scores.shape == (X.shape[0],)
     assert report["n_kept"] == keep.size and report["parameters"]["n_partitions"] == 8
     assert len(report["history"]) >= 1 and "seconds" in report["history"][0]
+    assert all(h["bytes_moved"] == 0 for h in report["history"])  # a local run sends nothing between processes
     assert output_files(out) == ["keep.npy", "report.json", "scores.npy"]  # nothing staged is left
     assert sorted(os.listdir(tmp)) == ["emb.npy", "labels.npy", "labels.txt", "out"]
 

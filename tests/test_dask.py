@@ -1,10 +1,11 @@
-"""Dask backend (issue 7): same results as the local engine, on a LocalCluster of 2 processes.
+"""Dask backend: same results as the local engine, on LocalClusters of 2 and 3 processes.
 
 a. ``aflite(..., backend="dask")`` gives the local keep/removed/removed_phase/scores exactly,
-   whatever the chunking of X (uneven chunks, several chunks per scan block).
+   whatever the chunking of X (uneven chunks, several chunks per scan block), on 2 and on 3
+   workers, with and without groups and the permutation null.
 b. ``score_phase_dask`` gives ``engine.score_phase``'s coefficients and counts bitwise, also
-   with several blocks of partitions, float16 shards read from .npy files on the workers, and
-   summed probabilities; it reports the bytes it moved.
+   with float16 shards read from .npy files on the workers and summed probabilities; it
+   reports the bytes it moved, and the bytes of a solver round do not grow with N.
 c. Partitions drawn as whole groups (padded training positions) give the local result; a
    checkpoint written with the dask backend is accepted by a local run; the permutation null's
    counts are the local ones.
@@ -49,6 +50,19 @@ def client():
         yield c
 
 
+def assert_same_run(remote, local):
+    """keep, removed (in order), removed_phase and scores bitwise; the history's phases."""
+    assert len(local.history) >= 2
+    np.testing.assert_array_equal(remote.keep, local.keep)
+    np.testing.assert_array_equal(remote.removed, local.removed)
+    np.testing.assert_array_equal(remote.removed_phase, local.removed_phase)
+    np.testing.assert_array_equal(remote.scores, local.scores)  # NaNs in the same places
+    assert remote.stop_reason == local.stop_reason
+    assert [h.n_removed for h in remote.history] == [h.n_removed for h in local.history]
+    assert all(h.bytes_moved > 0 for h in remote.history)
+    assert all(h.bytes_moved == 0 for h in local.history)
+
+
 @pytest.mark.parametrize("chunk_rows", [700, 5000])
 def test_aflite_dask_matches_local(client, seed, chunk_rows):
     rng = np.random.default_rng(seed)
@@ -58,13 +72,7 @@ def test_aflite_dask_matches_local(client, seed, chunk_rows):
     local = aflite(X, y, **kw)
     dask_X = da.from_array(X, chunks=(chunk_rows, 12))  # column chunks are merged
     remote = aflite(dask_X, y, backend="dask", **kw)
-    assert len(local.history) >= 2
-    np.testing.assert_array_equal(remote.keep, local.keep)
-    np.testing.assert_array_equal(remote.removed, local.removed)
-    np.testing.assert_array_equal(remote.removed_phase, local.removed_phase)
-    np.testing.assert_array_equal(remote.scores, local.scores)  # NaNs in the same places
-    assert remote.stop_reason == local.stop_reason
-    assert [h.n_removed for h in remote.history] == [h.n_removed for h in local.history]
+    assert_same_run(remote, local)
 
 
 def test_groups_dask_matches_local(client, seed, tmp_path):
@@ -110,7 +118,9 @@ def test_score_phase_bitwise_shards_float16_blocks(client, seed, tmp_path):
         paths.append(tmp_path / f"shard{i}.npy")
         np.save(paths[-1], X[bounds[i]:bounds[i + 1]])
     Xd = DaskEmbeddings(paths, client, chunk_rows=300)
-    assert Xd.shape == X.shape and Xd.dtype == np.float16 and Xd.n_chunks == 7  # 300+100, 300+300+100, 300+100
+    # groups of 512 rows, 3 to each worker; chunks of at most 300 rows within each worker's rows
+    assert Xd.shape == X.shape and Xd.dtype == np.float16 and Xd.n_chunks == 6
+    assert [r[1:5] for r in Xd.ranges] == [(0, 2, 0, 1024), (2, 64, 1024, 1500)]
     center = scan_rows(X).astype(np.float32)
     np.testing.assert_array_equal(scan_rows_dask(Xd).astype(np.float32), center)
 
@@ -123,9 +133,7 @@ def test_score_phase_bitwise_shards_float16_blocks(client, seed, tmp_path):
     proba_local = np.zeros((active.size, 2))
     proba_dask = np.zeros((active.size, 2))
     local = engine.score_phase(X, codes, active, center, train_pos, proba_sum=proba_local, **common)
-    remote = score_phase_dask(Xd, codes, active, center, train_pos, proba_sum=proba_dask,
-                              max_memory=150_000, **common)  # several blocks of partitions
-    assert remote.n_blocks > 1
+    remote = score_phase_dask(Xd, codes, active, center, train_pos, proba_sum=proba_dask, **common)
     np.testing.assert_array_equal(remote.coef, local.coef)
     np.testing.assert_array_equal(remote.n_iter, local.n_iter)
     np.testing.assert_array_equal(remote.seen, local.seen)
@@ -133,12 +141,39 @@ def test_score_phase_bitwise_shards_float16_blocks(client, seed, tmp_path):
     np.testing.assert_array_equal(remote.prob_label, local.prob_label)
     np.testing.assert_array_equal(proba_dask, proba_local)
 
+    np.testing.assert_array_equal(remote.n_eval, local.n_eval)
+
     moved = remote.bytes_moved
-    assert moved["counts_back"] == active.size * (4 + 4 + 8 + 2 * 8)
-    assert moved["weights_broadcast"] == 2 * (X.shape[1] + 1) * 6 * 2 * 4
-    assert active.size * X.shape[1] * 2 <= moved["train_rows"] <= remote.n_blocks * active.size * X.shape[1] * 2
-    assert 0 <= moved["train_rows_remote"] <= moved["train_rows"]
-    assert moved["total"] == sum(v for k, v in moved.items() if k not in ("total", "train_rows_remote"))
+    assert moved["counts_back"] == active.size * (1 + 1 + 8 + 2 * 8)  # seen, correct in uint8 (6 models)
+    assert moved["predict_weights"] == 2 * (X.shape[1] + 1) * 6 * 2 * 4
+    # the preconditioner's sample (every active row here) is sent to the worker holding most of
+    # it, and the (D x D) preconditioner comes back
+    on_each = np.diff(np.searchsorted(active, [0, 1024, 1500]))
+    assert moved["precond_rows"] == (active.size - on_each.max()) * 21 * 4 + 21 * 21 * 4
+    assert remote.rounds == local.n_eval.max()  # every round evaluates the models still running
+    assert moved["weights_out"] > 0 and moved["sums_back"] > 0
+    assert moved["total"] == sum(v for k, v in moved.items() if k != "total")
+
+
+def test_round_bytes_do_not_grow_with_rows(client, seed):
+    """A solver round sends the running models' weights to each worker and takes back one
+    partial sum per whole subtree of the reduction tree a worker holds: the same number of
+    subtrees at N and 2N (groups 0-2 | 3-5 and 0-5 | 6-11 of 512 rows: 2 per worker), so
+    the bytes per evaluated model do not grow with N."""
+    for n in (3000, 6000):
+        rng = np.random.default_rng(seed + 5)
+        X, y = make_problem(rng, n, 16, 3, signal=0.6)
+        Xd = DaskEmbeddings(X, client)
+        center = scan_rows_dask(Xd).astype(np.float32)
+        active = np.arange(n, dtype=np.int64)
+        train_pos = engine.partition_train_positions(3, 0, n, n // 10, 8)
+        res = score_phase_dask(Xd, encode_labels(y).codes, active, center, train_pos, n_classes=3)
+        moved = res.bytes_moved
+        width = 3 * 17  # the class rows' padding is not sent
+        evaluated = int(res.n_eval.sum())
+        assert moved["weights_out"] == 2 * evaluated * (8 + 8 + width * 4)  # indices, scales, weights
+        assert moved["sums_back"] == 4 * res.rounds * 16 + 4 * evaluated * (width + 1) * 8
+        assert moved["counts_back"] == n * (1 + 1 + 8)
 
 
 def test_npy_path_and_memmap_input(client, seed, tmp_path):
@@ -198,6 +233,31 @@ def test_byte_order_integers_and_npz_on_the_cluster(client, seed, tmp_path):
         aflite(da.from_array(huge, chunks=(100, 8)), y, backend="dask", **kw)
 
 
+@pytest.fixture(scope="module")
+def client3():
+    with distributed.LocalCluster(n_workers=3, processes=True, threads_per_worker=1,
+                                  dashboard_address=":0") as cluster, distributed.Client(cluster) as c:
+        yield c
+
+
+@pytest.mark.parametrize("with_groups", [False, True])
+def test_three_workers_match_local(client3, seed, with_groups):
+    """Rows shared out among 3 workers (groups 0-1, 2-3, 4-5 of the reduction tree: subtrees
+    that do not line up with the workers), with the permutation null, and with partitions of
+    whole groups."""
+    rng = np.random.default_rng(seed + 33)
+    X, y = make_problem(rng, 3000, 16, 3, signal=0.6)
+    groups = rng.integers(0, 1000, size=3000) if with_groups else None
+    kw = dict(target_size=2400, n_partitions=6, train_size=0.4, slice_size=120, tau=0.6, random_state=seed + 4,
+              progress=False, groups=groups, null="permutation", n_null=1, stop="paper")
+    local = aflite(X, y, **kw)
+    Xd = DaskEmbeddings(X, client3, chunk_rows=700)
+    assert [r[1:3] for r in Xd.ranges] == [(0, 2), (2, 4), (4, 64)]
+    remote = aflite(Xd, y, backend="dask", **kw)
+    assert_same_run(remote, local)
+    assert [h.null_above_tau for h in remote.history] == [h.null_above_tau for h in local.history]
+
+
 def test_connect_by_address(client):
     """What ``aflite-fast filter --scheduler ADDRESS`` does to reach the cluster."""
     other = connect(client.scheduler.address)
@@ -205,3 +265,24 @@ def test_connect_by_address(client):
         assert len(other.nthreads()) == 2
     finally:
         close_client(other)
+
+
+def test_cli_report_counts_the_bytes(client, seed, tmp_path):
+    """``aflite-fast filter --scheduler ADDRESS``: report.json's history records each phase's
+    bytes_moved (and the rows kept are the local run's)."""
+    import json
+
+    from aflite_fast.cli import main
+    rng = np.random.default_rng(seed + 9)
+    X, y = make_problem(rng, 1200, 16, 2, signal=0.8)
+    np.save(tmp_path / "emb.npy", X)
+    np.save(tmp_path / "labels.npy", y)
+    args = ["--target-size", "900", "--n-partitions", "6", "--train-size", "400", "--slice-size", "100",
+            "--seed", "1", "--quiet"]
+    for name, extra in (("local", []), ("dask", ["--scheduler", client.scheduler.address])):
+        assert main(["filter", str(tmp_path / "emb.npy"), str(tmp_path / "labels.npy"),
+                     "--out", str(tmp_path / name), *args, *extra]) == 0
+    reports = {name: json.loads((tmp_path / name / "report.json").read_text()) for name in ("local", "dask")}
+    assert all(h["bytes_moved"] == 0 for h in reports["local"]["history"])
+    assert all(h["bytes_moved"] > 0 for h in reports["dask"]["history"])
+    np.testing.assert_array_equal(np.load(tmp_path / "dask" / "keep.npy"), np.load(tmp_path / "local" / "keep.npy"))
