@@ -26,7 +26,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from . import engine
-from ._mode_names import REMOVE_MODES
+from ._mode_names import REMOVE_MODES, TIE_BREAKS
 from ._solver_status import DataScale, check_trained, status_counts, total_status, warn_not_converged
 from ._threads import effective_n_threads
 from .chance import N_PERMUTATIONS, ChanceCheck, warn_if_chance
@@ -43,8 +43,6 @@ from .null import check_null_args, null_codes, summarize
 
 #: Equal-width bins over [0, 1] of the per-phase score histogram (``PhaseRecord.score_hist``).
 SCORE_BINS = 20
-#: The rules that order rows of equal score (``aflite(tie_break=...)``).
-TIE_BREAKS = ("label_prob", "random")
 #: Middle word of the random tie-break's spawn key, "tie" in ASCII (partition keys have two words).
 TIE_TAG = 0x746965
 

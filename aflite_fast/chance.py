@@ -92,11 +92,22 @@ class ChanceCheck:
                 f"margin of the null stop rule ({self.margin:.0f})")
 
 
+def _advice(check, stop, flags):
+    """The warning's text, or None when no warning is due (module docstring, c)."""
+    if check is None or not check.by_chance or stop != "paper":
+        return None
+    rerun = ("--null permutation --n-null 3 --stop null" if flags
+             else "null='permutation', n_null=3, stop='null' (command line: --null permutation --n-null 3 --stop null)")
+    return f"{check.message()}: what this run removes may be chance, not bias; rerun with {rerun}, which removes only what exceeds chance"
+
+
 def warn_if_chance(check, stop, stacklevel=3):
     """:class:`ChanceWarning` when ``check`` looks like chance and ``stop`` does not use the null."""
-    if check is None or not check.by_chance or stop != "paper":
-        return
-    warnings.warn(f"{check.message()}: what this run removes may be chance, not bias; rerun with "
-                  "null='permutation', n_null=3, stop='null' (command line: --null permutation "
-                  "--n-null 3 --stop null), which removes only what exceeds chance",
-                  ChanceWarning, stacklevel=stacklevel)
+    text = _advice(check, stop, flags=False)
+    if text:
+        warnings.warn(text, ChanceWarning, stacklevel=stacklevel)
+
+
+def chance_line(check, stop):
+    """The command line's one line (without its prefix), or None when no warning is due."""
+    return _advice(check, stop, flags=True)

@@ -31,7 +31,7 @@ from ._args import ArgumentParser, UsageError, name_flags
 
 #: Subcommand modules, in the order ``--help`` lists them; one line registers a subcommand.
 #: A module missing from this build (an optional one) is skipped.
-SUBCOMMANDS = ("_filter", "_oof", "_report", "_demo", "_synthetic", "_noise_robust", "_label_issues")
+SUBCOMMANDS = ("_filter", "_evaluate", "_oof", "_report", "_demo", "_synthetic", "_noise_robust", "_label_issues")
 
 
 class Terminated(KeyboardInterrupt):

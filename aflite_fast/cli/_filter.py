@@ -5,7 +5,7 @@ import time
 import warnings
 
 from .._loss_names import LOSS_NAMES
-from .._mode_names import NULL_MODES, REMOVE_MODES, STOP_RULES
+from .._mode_names import NULL_MODES, REMOVE_MODES, STOP_RULES, TIE_BREAKS
 from .._version import __version__
 from ._args import HelpFormatter, add_flag, cap_threads, memory_size, positive_int
 
@@ -20,7 +20,8 @@ PARAMETER_FLAGS = {
     "slice_size": "--slice-size", "tau": "--tau", "C": "--C", "max_memory": "--max-memory",
     "random_state": "--seed", "n_jobs": "--n-jobs", "max_iter": "--max-iter", "T": "--transition",
     "groups": "--groups", "remove": "--remove", "checkpoint": "--checkpoint", "null": "--null",
-    "n_null": "--n-null", "stop": "--stop", "scheduler": "--scheduler",
+    "n_null": "--n-null", "stop": "--stop", "scheduler": "--scheduler", "tie_break": "--tie-break",
+    "features": "--features",
 }
 
 _DESCRIPTION = """\
@@ -33,6 +34,20 @@ counts and solver status counts, timings); with --plot also DIR/report.png.
 The files are switched in together when the run ends: a reader sees all of the previous run's
 files or all of this run's, never a mix, even if the run is killed (they are links into
 DIR/.aflite/; see docs/outputs.md). A second run on the same DIR refuses while one is running.
+
+Every run also scores phase 0 with the labels permuted 3 times (the chance check, about 3 more
+phase-0 scorings; --no-chance-check skips it) and records it in report.json (chance_check). When
+phase 0's rows at or above tau do not exceed what permuted labels give, one line on stderr says
+"warning: chance check: ..." (even with --quiet): what the run removes may be chance, and
+--null permutation --n-null 3 --stop null removes only what exceeds chance. --evaluate adds
+'aflite-fast evaluate' (the kept rows against random subsets of their size) to report.json.
+
+Ties: rows of equal score are taken in order of higher mean held-out probability of their label
+(--tie-break label_prob), or in a random order from --seed (--tie-break random).
+
+Inputs on which no model can learn (X with no variance, or a scale at or below the solver's
+tolerance, a singular --transition) are refused: filtering them would only remove rows by
+their class prior.
 
 Exit codes: 0 done; 2 bad input (one line on stderr, DIR unchanged); 130 Ctrl-C, 143 SIGTERM.
 """
@@ -140,6 +155,18 @@ def add_parser(subparsers):
                         "removing nothing more, when the rows at or above tau do not exceed the "
                         "null's mean + 3 sd (at least sqrt(mean)) x sqrt(1 + 1/N); both: whichever "
                         "comes first (docs/null.md)")
+    p.add_argument("--no-chance-check", dest="chance_check", action="store_false",
+                   help="skip the chance check (phase 0 scored again under 3 label permutations; "
+                        "report.json: chance_check)")
+    p.add_argument("--tie-break", choices=TIE_BREAKS, default="label_prob",
+                   help="order of rows of equal score: label_prob, higher mean held-out probability "
+                        "of the row's label first; random, a random order drawn from --seed")
+    p.add_argument("--evaluate", action="store_true",
+                   help="at the end, compare the kept rows with random subsets of their size "
+                        "(see 'aflite-fast evaluate') and add it to report.json (and report.png)")
+    p.add_argument("--features", default=None, metavar="F2",
+                   help="with --evaluate: a second representation of the rows (.npy), N x d2, "
+                        "which the filter never saw")
     p.add_argument("--plot", action="store_true",
                    help="also draw DIR/report.png (see 'aflite-fast report'); needs matplotlib")
     p.add_argument("--quiet", action="store_true", help="no progress bar, notes or summary")
@@ -183,12 +210,13 @@ def run(args):
     from ..io.atomic import OutputSet
     from ..io.watch import InputWatch
     from .._solver_status import NOT_CONVERGED_MESSAGE, total_status
+    from ..chance import ChanceWarning, chance_line
 
     prog = "aflite-fast filter"
     start = time.perf_counter()
     # checked again before the outputs are committed (the run checks EMB at every phase too)
     watch = InputWatch([("EMB", args.embeddings), ("LABELS", args.labels), ("--groups", args.groups),
-                        ("--transition", args.transition)])
+                        ("--transition", args.transition), ("--features", args.features)])
     X = open_embeddings(args.embeddings)
     y = read_labels_file(args.labels, column=args.labels_column, header=args.labels_header)
     n_rows = X.shape[0]
@@ -204,6 +232,8 @@ def run(args):
     groups = None if args.groups is None else _read_groups(args)
     if args.stop != "paper" and args.null is None:
         raise ValueError(f"--stop {args.stop} needs --null permutation")
+    if args.features is not None and not args.evaluate:
+        raise ValueError("--features needs --evaluate")
     if args.plot:
         from ..report import require_matplotlib
 
@@ -215,7 +245,8 @@ def run(args):
                   train_size=args.train_size, slice_size=args.slice_size, tau=args.tau, C=args.C,
                   loss=args.loss, max_memory=args.max_memory, random_state=args.seed,
                   n_jobs=cap_threads(args.n_jobs, prog, args.quiet), max_iter=args.max_iter,
-                  remove=args.remove, null=args.null, n_null=args.n_null, stop=args.stop)
+                  remove=args.remove, null=args.null, n_null=args.n_null, stop=args.stop,
+                  chance_check=args.chance_check, tie_break=args.tie_break)
     extra = {}
     if args.scheduler:
         from ..distributed import close_client, connect  # needs the optional dask
@@ -228,6 +259,7 @@ def run(args):
             with warnings.catch_warnings():
                 # counted in the history; the note below says it once, in the CLI's words
                 warnings.filterwarnings("ignore", message=NOT_CONVERGED_MESSAGE)
+                warnings.simplefilter("ignore", ChanceWarning)  # said below, in one line
                 result = aflite(X, y, progress=not args.quiet, loss_params=loss_params, groups=groups,
                                 checkpoint=args.checkpoint, **params, **extra)
             seconds = time.perf_counter() - start
@@ -257,7 +289,13 @@ def run(args):
                 "classes": result.classes.tolist(),
                 "class_counts": {"kept": result.kept_per_class.tolist(),
                                  "removed": result.removed_per_class.tolist()},
+                "chance_check": None if result.chance is None else result.chance.as_dict(),
             }
+            if args.evaluate:
+                from ._evaluate import evaluation_of
+
+                report["evaluation"] = evaluation_of(X, y, result.keep, report, features=args.features,
+                                                     groups=groups, seed=args.seed, n_jobs=params["n_jobs"])
             out.save_json("report.json", report)
             if args.plot:
                 from ..report import draw_report
@@ -266,6 +304,9 @@ def run(args):
     finally:
         if extra:
             close_client(extra["client"])
+    line = chance_line(result.chance, args.stop)
+    if line:  # a warning: printed with --quiet too
+        print(f"{prog}: warning: {line}", file=sys.stderr)
     if not args.quiet:
         failed = sum(count for name, count in solver_status.items() if name != "converged")
         if failed:
@@ -278,4 +319,6 @@ def run(args):
               f"{f'resumed from phase {result.resumed_from}; ' if result.resumed_from else ''}"
               f"wrote {os.path.join(args.out, 'keep.npy')}, scores.npy, report.json"
               f"{', report.png' if args.plot else ''}", file=sys.stderr)
+        if args.evaluate:
+            print(f"{prog}: {report['evaluation']['summary']}", file=sys.stderr)
     return 0
