@@ -139,16 +139,17 @@ def balanced_accuracy(y_true, y_pred):
                          / np.bincount(codes.ravel(), minlength=classes.size)))
 
 
-def _probe(X, y, rows, groups, cv, seed, n_jobs, what):
-    """(balanced accuracy, accuracy, majority rate) of the out-of-fold probe on ``rows``."""
+def _probe(X, y, rows, groups, cv, seed, n_jobs, what, names):
+    """(balanced accuracy, accuracy, majority rate) of the out-of-fold probe on ``rows`` (``y``:
+    label codes, ``names`` the labels they stand for)."""
     from .oof import oof_run
 
     y_rows = y[rows]
     classes, counts = np.unique(y_rows, return_counts=True)
     if classes.size < 2:
-        raise ValueError(f"the {what} holds a single class ({classes[0]!r}): no probe can be trained on it")
+        raise ValueError(f"the {what} holds a single class ({names[classes[0]]!r}): no probe can be trained on it")
     if counts.min() < cv:
-        raise ValueError(f"the {what} holds only {counts.min()} row(s) of class {classes[np.argmin(counts)]!r}, "
+        raise ValueError(f"the {what} holds only {counts.min()} row(s) of class {names[classes[np.argmin(counts)]]!r}, "
                          f"fewer than cv={cv} folds: lower cv")
     Xr = X[rows] if isinstance(X, np.ndarray) else np.asarray(X[rows])
     run = oof_run(Xr, y_rows, cv=cv, random_state=seed, n_jobs=n_jobs,
@@ -157,11 +158,11 @@ def _probe(X, y, rows, groups, cv, seed, n_jobs, what):
     return balanced_accuracy(y_rows, pred), float(np.mean(pred == y_rows)), float(counts.max() / rows.size)
 
 
-def _scores(X, y, keep, subsets, groups, cv, seeds, n_jobs):
+def _scores(X, y, keep, subsets, groups, cv, seeds, n_jobs, names):
     full = np.arange(y.size, dtype=np.int64)
-    f = _probe(X, y, full, groups, cv, seeds[0], n_jobs, "full set")
-    k = _probe(X, y, keep, groups, cv, seeds[1], n_jobs, "kept set")
-    r = np.array([_probe(X, y, rows, groups, cv, seeds[2 + i], n_jobs, "random subset")
+    f = _probe(X, y, full, groups, cv, seeds[0], n_jobs, "full set", names)
+    k = _probe(X, y, keep, groups, cv, seeds[1], n_jobs, "kept set", names)
+    r = np.array([_probe(X, y, rows, groups, cv, seeds[2 + i], n_jobs, "random subset", names)
                   for i, rows in enumerate(subsets)])
     std = r.std(axis=0, ddof=1) if len(subsets) > 1 else np.zeros(3)
     drop = float(r[:, 0].mean() - k[0])
@@ -297,9 +298,9 @@ def evaluate_filter(X, y, keep, *, result=None, features=None, cv=5, n_random=3,
     subsets = [np.sort(np.random.default_rng(s).choice(n, keep.size, replace=False))
                for s in subset_seq.spawn(n_random)]
     seeds = [int(s.generate_state(1)[0]) for s in fold_seq.spawn(2 + n_random)]
-    codes = labels.codes
-    scores = _scores(X, codes, keep, subsets, group_codes, cv, seeds, n_jobs)
-    second = None if F is None else _scores(F, codes, keep, subsets, group_codes, cv, seeds, n_jobs)
+    codes, names = labels.codes, labels.classes.tolist()
+    scores = _scores(X, codes, keep, subsets, group_codes, cv, seeds, n_jobs, names)
+    second = None if F is None else _scores(F, codes, keep, subsets, group_codes, cv, seeds, n_jobs, names)
     chance = _chance_of(result)
     verdict, reason = decide(scores, second, chance)
     return EvaluationResult(

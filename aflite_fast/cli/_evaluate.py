@@ -54,11 +54,8 @@ def evaluation_of(X, y, keep, report, *, features=None, groups=None, seed=0, n_j
     path of ``features``."""
     from ..evaluation import evaluate_filter
 
-    try:
-        result = evaluate_filter(X, y, keep, result=report, features=features, cv=cv, n_random=n_random,
-                                 groups=groups, random_state=seed, n_jobs=n_jobs)
-    except ValueError as exc:
-        raise ValueError(f"evaluation: {exc}") from None
+    result = evaluate_filter(X, y, keep, result=report, features=features, cv=cv, n_random=n_random,
+                             groups=groups, random_state=seed, n_jobs=n_jobs)
     out = result.to_dict()
     out["features_path"] = None if features is None else os.path.abspath(features)
     return out
