@@ -88,3 +88,12 @@ def test_cli_tie_break(tied, tmp_path, capsys):
         main(["filter", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "--tie-break {label_prob,random}" in text and "higher mean held-out probability" in text
+
+
+def test_the_estimator_passes_both_settings_on(tied, seed):
+    from aflite_fast import AFLite
+
+    X, y = tied
+    est = AFLite(random_state=seed, tie_break="random", **RUN).fit(X, y)
+    assert est.result_.chance is None and est.get_params()["tie_break"] == "random"
+    assert est.sample_indices_.tolist() == aflite(X, y, random_state=seed, tie_break="random", **RUN).keep.tolist()
