@@ -6,6 +6,7 @@ import numpy as np
 
 from . import engine
 from ._solver_status import DataScale, check_trained, status_counts, warn_not_converged
+from .degenerate import check_moved, check_scale
 from ._threads import effective_n_threads
 from .algorithm import score_nulls, validate_settings
 from .data import encode_labels, open_embeddings, scan_rows
@@ -85,6 +86,7 @@ def predictability(X, y, *, n_partitions=64, train_size, C=1.0, loss="ce", loss_
     n_null = check_null_args(null, n_null, "paper")
     spec = resolve_loss(loss, loss_params, labels.n_classes)
     center = scan_rows(X).astype(np.float32)
+    check_scale(X, center, tol)  # no variance, or too small a scale (aflite_fast.degenerate)
     active = np.arange(n_rows, dtype=np.int64)
     t = settings.train_rows(n_rows)
     group_codes = partition_groups(groups, n_rows, t)
@@ -96,6 +98,7 @@ def predictability(X, y, *, n_partitions=64, train_size, C=1.0, loss="ce", loss_
     scale = DataScale(X, center)  # read only if a model failed
     res = engine.score_phase(X, labels.codes, active, center, train_pos, **solver)
     check_trained(res.n_iter, res.status, scale, what="partition model")
+    check_moved(res.coef, res.status, what="partition model")
     warn_not_converged(status_counts(res.status), what="partition model")
     null_scores = None
     if null is not None:

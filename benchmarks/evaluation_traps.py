@@ -10,7 +10,8 @@ b. Planted bias (the paper's section-3 circles, 8000 rows; second representation
 c. Hit rates of the chance check over ``--seeds`` data seeds (1200 x 16, m = 16, t = 0.5,
    k = 100, target 400): independent labels at priors 0.5 and 0.6 (a warning is a hit), and the
    paper's circles (no warning is a hit), with the verdicts ``evaluate_filter`` gives from the
-   run's result alone.
+   run's result alone and with a second representation (independent labels: 8 more Gaussian
+   columns; circles: a noisy random projection, as in b).
 
     PYTHONPATH=. python benchmarks/evaluation_traps.py [--seeds 20] [--figure docs/figure_evaluation.png] [--json out.json]
 """
@@ -70,25 +71,28 @@ def hit_rates(n_seeds):
     rows = []
     run = dict(target_size=400, n_partitions=16, train_size=0.5, slice_size=100, progress=False)
     for kind in ("independent, prior 0.5", "independent, prior 0.6", "planted (circles)"):
-        warned, verdicts, null_removed = 0, Counter(), 0
+        warned, verdicts, with_f, null_removed, excess = 0, Counter(), Counter(), 0, []
         for s in range(n_seeds):
             if kind.startswith("planted"):
-                data = make_biased_circles(1200, random_state=1000 + s)
-                X, y = data.X, data.y
+                X, y, F = planted(1000 + s, 1200)
             else:
                 prior = float(kind[-3:])
                 rng = np.random.default_rng([s, int(prior * 10), 3])
                 X = rng.standard_normal((1200, 16)).astype(np.float32)
                 y = (rng.random(1200) < prior).astype(np.int64)
+                F = rng.standard_normal((1200, 8)).astype(np.float32)
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", ChanceWarning)
                 res = aflite(X, y, random_state=s, **run)
             warned += any(w.category is ChanceWarning for w in caught)
-            verdicts[evaluate_filter(X, y, res.keep, result=res, random_state=s, n_random=3).verdict] += 1
+            excess.append((res.chance.n_above_tau - res.chance.null_mean) / res.chance.margin)
+            verdicts[evaluate_filter(X, y, res.keep, result=res, random_state=s).verdict] += 1
+            with_f[evaluate_filter(X, y, res.keep, result=res, features=F, random_state=s).verdict] += 1
             null_removed += aflite(X, y, random_state=s, null="permutation", n_null=3, stop="null",
                                    **run).removed.size > 0
         rows.append(dict(kind=kind, seeds=n_seeds, warned=warned, verdicts=dict(verdicts),
-                         null_stop_removed_any=null_removed))
+                         verdicts_with_features=dict(with_f), null_stop_removed_any=null_removed,
+                         excess_in_margins=sorted(excess)))
     return rows
 
 
@@ -161,11 +165,17 @@ def main(argv=None):
                   f"{e[f'{which}_accuracy']:.3f}{sd('accuracy', e)} | {e[f'{which}_majority_rate']:.3f} | "
                   f"{f[f'{which}_balanced_accuracy']:.3f}{sd('balanced_accuracy', f)} |")
         print(f"verdict: {e['verdict']} ({e['reason']}); without the result or features: {c['verdict_without_result']}")
-    print("\n| data | seeds | chance warning | verdicts (result only) | stop='null' removed rows |")
-    print("|---|---:|---:|---|---:|")
+    print("\n| data | seeds | chance warning | verdicts (result only) | verdicts (result and features) "
+          "| runs where stop='null' removed rows |")
+    print("|---|---:|---:|---|---|---:|")
+    join = lambda d: ", ".join(f"{k}: {v}" for k, v in sorted(d.items()))  # noqa: E731
     for r in rates:
-        print(f"| {r['kind']} | {r['seeds']} | {r['warned']} | "
-              f"{', '.join(f'{k}: {v}' for k, v in sorted(r['verdicts'].items()))} | {r['null_stop_removed_any']} |")
+        print(f"| {r['kind']} | {r['seeds']} | {r['warned']} | {join(r['verdicts'])} | "
+              f"{join(r['verdicts_with_features'])} | {r['null_stop_removed_any']} |")
+    print("\n(observed - permuted mean) / margin of phase 0, the five lowest and the five highest:")
+    for r in rates:
+        e = r["excess_in_margins"]
+        print(f"- {r['kind']}: lowest {', '.join(f'{v:.2f}' for v in e[:5])}; highest {', '.join(f'{v:.2f}' for v in e[-5:])}")
     if a.figure:
         figure(cases, a.figure)
     if a.json:

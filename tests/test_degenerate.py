@@ -4,7 +4,7 @@ import json
 import numpy as np
 import pytest
 
-from aflite_fast import aflite, degenerate, evaluate_filter, kernel
+from aflite_fast import aflite, degenerate, evaluate_filter, kernel, predictability
 from aflite_fast.cli import main
 from aflite_fast.degenerate import check_moved, check_scale, check_transition, unmoved_weights
 from aflite_fast.losses import resolve_loss
@@ -42,6 +42,8 @@ def test_degenerate_X_is_refused_by_the_api(case, labels, seed):
         aflite(X, labels, **RUN)
     with pytest.raises(ValueError, match=words):
         evaluate_filter(X, labels, np.arange(0, N, 2), random_state=0)
+    with pytest.raises(ValueError, match=words):
+        predictability(X, labels, n_partitions=8, train_size=0.5, random_state=0)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
