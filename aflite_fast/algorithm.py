@@ -228,6 +228,19 @@ def _eligible(res, active_groups, remove, tau, budget, tie_key=None):
     return _select(res.scores, prob_label, res.seen, tau, budget)
 
 
+def _train_rows(active, train_pos):
+    """``train_rows(j)`` of :func:`~aflite_fast.degenerate.check_moved`: the rows of X partition j trained on."""
+    return lambda j: active[train_pos[j][train_pos[j] >= 0]]
+
+
+def _check_moved(res, X, center, active, train_pos, tol, what):
+    """:func:`~aflite_fast.degenerate.check_moved` for one cold-started scoring (local backend only:
+    it may read the unmoved models' training rows)."""
+    if isinstance(X, np.ndarray):
+        check_moved(res.coef, res.status, X=X, center=center, train_rows=_train_rows(active, train_pos),
+                    tol=tol, what=what)
+
+
 def score_nulls(score_phase, X, codes, active, center, train_pos, entropy, phase, n_null, groups, solver, scale,
                 first=0):
     """Yield this phase's partitions scored under label permutations ``first``..``n_null - 1``
@@ -240,7 +253,7 @@ def score_nulls(score_phase, X, codes, active, center, train_pos, entropy, phase
         res = score_phase(X, null_codes(codes, active, entropy, phase, i, groups), active, center, train_pos,
                           warm_coef=None, **solver)
         check_trained(res.n_iter, res.status, scale, what="null model")
-        check_moved(res.coef, res.status, what="null model")
+        _check_moved(res, X, center, active, train_pos, solver["options"].tol, "null model")
         yield res
         del res
 
@@ -497,7 +510,7 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
             # an untrained model's votes are noise: never report them (ValueError naming the cause)
             check_trained(res.n_iter, res.status, scale, what="partition model")
             if warm is None:  # a cold start must move its weights, whatever the status says
-                check_moved(res.coef, res.status, what="partition model")
+                _check_moved(res, X, center, active, train_pos, tol, "partition model")
             warm_mean = res.coef.mean(axis=0)
             phase_scores = res.scores
             scores[active] = phase_scores

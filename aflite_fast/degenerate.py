@@ -20,8 +20,13 @@ c. A forward-correction matrix T that is not row-stochastic or is singular
 d. Models whose weights never left their start, whatever the solver status says
    (:func:`check_moved`): a cold-started model (weights zero) that still has every weight
    exactly zero after training is an intercept-only model, even when the solver reports it
-   "converged" (its gradient was below ``tol`` from the start).  Warm-started models are not
-   checked: their start is itself a trained model.
+   "converged" (its gradient was below ``tol`` from the start).  It is refused when its own
+   training rows gave it nothing to learn from: their largest deviation from their own column
+   means is at most ``tol`` (X constant, or nearly, on those rows).  Where they do vary, zero
+   weights are the optimum within ``tol`` (the labels carry no linear signal on those rows,
+   e.g. a small training set whose two classes have equal column sums) and the model stands.
+   Only the unmoved models' rows are read, so the check costs nothing on ordinary data.
+   Warm-started models are not checked: their start is itself a trained model.
 """
 import numpy as np
 
@@ -89,19 +94,41 @@ def unmoved_weights(coef, start=None):
     return np.all(weights == ref, axis=(1, 2))
 
 
-def check_moved(coef, status=None, *, what="model"):
-    """Raise ValueError when a cold-started model's weights are all still zero (d), whatever
-    ``status`` (solver status codes, used only to name them) says."""
-    stuck = unmoved_weights(coef)
-    if not stuck.any():
+def check_moved(coef, status=None, *, X, center=None, train_rows, tol, what="model"):
+    """Raise ValueError when a cold-started model's weights are all still zero and its training
+    rows vary by at most ``tol`` (d), whatever ``status`` (solver status codes, used only to
+    name them) says.
+
+    Parameters
+    ----------
+    coef : ndarray (m, d + 1, C)
+        The trained models, started from zero.
+    X : ndarray or memmap (N, d)
+    center : ndarray (d,), optional
+        Subtracted from the rows before they are looked at (only their spread counts).
+    train_rows : callable
+        ``train_rows(j)``: row indices of X that model j trained on.
+    tol : float
+        The solver's tolerance.
+    """
+    stuck = np.flatnonzero(unmoved_weights(coef))
+    flat = []
+    for j in stuck:
+        rows = np.sort(np.asarray(train_rows(j), dtype=np.int64))
+        block = np.asarray(X[rows], dtype=np.float64)
+        if center is not None:
+            block = block - np.asarray(center, dtype=np.float64)
+        if block.size == 0 or np.abs(block - block.mean(axis=0)).max() <= tol:
+            flat.append(j)
+    if not flat:
         return
     detail = ""
     if status is not None:
         from ._solver_status import status_counts
 
-        counts = status_counts(np.asarray(status)[stuck])
+        counts = status_counts(np.asarray(status)[flat])
         detail = " (solver status: " + ", ".join(f"{k}: {v}" for k, v in counts.items() if v) + ")"
-    raise ValueError(f"{int(stuck.sum())} of {stuck.size} {what}(s) ended with every weight still at its "
-                     f"starting value of zero{detail}: they are intercept-only models, {_PRIOR}; X gives "
-                     "them nothing to learn from (constant or nearly constant columns on their training "
-                     "rows): standardize X's columns, or check that the embeddings differ between rows")
+    raise ValueError(f"{len(flat)} of {len(coef)} {what}(s) ended with every weight still at its starting value "
+                     f"of zero{detail}, on training rows whose values vary by at most tol={tol:g}: they are "
+                     f"intercept-only models, {_PRIOR}; X gives them nothing to learn from: standardize X's "
+                     "columns, or check that the embeddings differ between rows")

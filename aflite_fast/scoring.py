@@ -98,7 +98,8 @@ def predictability(X, y, *, n_partitions=64, train_size, C=1.0, loss="ce", loss_
     scale = DataScale(X, center)  # read only if a model failed
     res = engine.score_phase(X, labels.codes, active, center, train_pos, **solver)
     check_trained(res.n_iter, res.status, scale, what="partition model")
-    check_moved(res.coef, res.status, what="partition model")
+    check_moved(res.coef, res.status, X=X, center=center, train_rows=lambda j: train_pos[j][train_pos[j] >= 0],
+                tol=tol, what="partition model")
     warn_not_converged(status_counts(res.status), what="partition model")
     null_scores = None
     if null is not None:

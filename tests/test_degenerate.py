@@ -112,18 +112,32 @@ def test_a_singular_transition_is_refused_by_the_api_and_the_cli(tmp_path, capsy
 def test_weights_that_never_moved_are_refused_whatever_the_status(labels):
     """Trained on identical rows the solver reports "converged" with every weight at zero."""
     X = np.ones((N, D), dtype=np.float32)
-    Xa = kernel.augment_rows(X, X.mean(axis=0).astype(np.float32))
+    center = X.mean(axis=0).astype(np.float32)
+    Xa = kernel.augment_rows(X, center)
     member = np.ones((N, 2), dtype=np.uint8)
     coef, info = kernel.train_models(Xa, labels.astype(np.int32), member, 2)
     assert np.all(info["status"] == 0) and unmoved_weights(coef).all()  # status 0: converged
+    every_row = lambda j: np.arange(N)  # noqa: E731
     with pytest.raises(ValueError, match=r"2 of 2 partition model\(s\) ended with every weight still at its "
-                                         r"starting value of zero \(solver status: converged: 2\)"):
-        check_moved(coef, info["status"], what="partition model")
+                                         r"starting value of zero \(solver status: converged: 2\), on training "
+                                         r"rows whose values vary by at most tol=0.0001"):
+        check_moved(coef, info["status"], X=X, center=center, train_rows=every_row, tol=1e-4,
+                    what="partition model")
     moved = coef.copy()
     moved[0, 0, 1] = 1e-30
     assert unmoved_weights(moved).tolist() == [False, True]
     moved[1, 3, 0] = -2.0
-    check_moved(moved)  # no error
+    check_moved(moved, X=X, train_rows=every_row, tol=1e-4)  # no error
+
+
+def test_zero_weights_that_are_the_optimum_stand():
+    """Rows that vary, classes with equal column sums: the gradient at zero is exactly zero, so
+    zero weights are the optimum, not a model that could not move."""
+    X = np.array([[1.0], [-1.0], [1.0], [-1.0]] * 5, dtype=np.float32)
+    y = np.array([0, 0, 1, 1] * 5, dtype=np.int32)
+    coef, info = kernel.train_models(kernel.augment_rows(X, X.mean(axis=0)), y, np.ones((20, 1), np.uint8), 2)
+    assert unmoved_weights(coef).all()
+    check_moved(coef, info["status"], X=X, train_rows=lambda j: np.arange(20), tol=1e-4)  # no error
 
 
 def test_unmoved_weights_are_refused_in_the_loop_and_the_cli(labels, monkeypatch, tmp_path, capsys):
