@@ -222,6 +222,13 @@ def test_cli_evaluate_refusals(seed, tmp_path, capsys):
     assert "is not a directory" in capsys.readouterr().err
     assert main(["filter", *base, "--out", str(tmp_path / "o"), "--target-size", "300", "--train-size", "0.5",
                  "--quiet"]) == 0
+    np.save(tmp_path / "g.npy", np.arange(600) // 3)
+    assert main(["evaluate", str(tmp_path / "o"), *base, "--groups", str(tmp_path / "g.npy"), "--cv", "3",
+                 "--n-random", "2", "--quiet"]) == 0
+    grouped = json.loads((tmp_path / "o" / "report.json").read_text())["evaluation"]
+    assert grouped["cv"] == 3 and grouped["n_random"] == 2
+    assert main(["evaluate", str(tmp_path / "o"), *base, "--groups", str(tmp_path / "g.npy"), "--cv", "1"]) == 2
+    assert "--cv must be an integer >= 2" in capsys.readouterr().err
     np.save(tmp_path / "X2.npy", X[:-5])
     assert main(["evaluate", str(tmp_path / "o"), str(tmp_path / "X2.npy"), str(tmp_path / "y.npy")]) == 2
     err = capsys.readouterr().err
