@@ -14,6 +14,8 @@ oof_predict_proba
     Out-of-sample predicted probabilities (all folds in one kernel call).
 self_confidence_issues, annealing_issues, audit
     Likely-mislabeled rows from out-of-sample probabilities.
+evaluate_filter
+    Did the filter remove bias, or chance?  The kept set against random subsets of its size.
 """
 import os as _os
 import sys as _sys
@@ -41,13 +43,16 @@ _EXPORTS = {
     "filter_label_issues": "label_issues", "self_confidence_issues": "label_issues",
     "UserLoss": "user_loss", "user_loss": "user_loss",
     "filter_dataset": "hf", "open_embeddings": "data",
+    "evaluate_filter": "evaluation", "EvaluationResult": "evaluation",
+    "ChanceWarning": "chance", "ChanceCheck": "chance",
 }
 
 __all__ = ["aflite", "AFLiteResult", "PhaseRecord", "predictability", "PredictabilityResult",
            "AFLite", "RobustLogisticRegression", "LOSS_NAMES", "oof_predict_proba",
            "self_confidence_issues", "annealing_issues", "annealed_thresholds", "filter_label_issues",
            "audit", "LabelIssueResult", "AuditResult", "UserLoss", "user_loss", "filter_dataset",
-           "open_embeddings", "__version__"]
+           "open_embeddings", "evaluate_filter", "EvaluationResult", "ChanceWarning", "ChanceCheck",
+           "__version__"]
 
 
 def __getattr__(name):

@@ -10,3 +10,5 @@ REMOVE_MODES = ("row", "group")
 NULL_MODES = (None, "permutation")
 #: ``stop=``: the paper's "fewer than k rows reach tau", the permutation null, or either.
 STOP_RULES = ("paper", "null", "both")
+#: ``tie_break=``: rows of equal score by the label's held-out probability, or in a random order.
+TIE_BREAKS = ("label_prob", "random")

@@ -26,15 +26,18 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from . import engine
-from ._mode_names import REMOVE_MODES
+from ._mode_names import REMOVE_MODES, TIE_BREAKS
 from ._solver_status import DataScale, check_trained, status_counts, total_status, warn_not_converged
 from ._threads import effective_n_threads
+from .chance import N_PERMUTATIONS, ChanceCheck, warn_if_chance
 from .checkpoint import Checkpoint, LoopState, data_fingerprint
 from .data import Labels, encode_labels, open_embeddings, scan_rows
+from .degenerate import check_moved, check_scale
 from .eval_rows import eligible_positions, eval_mask, train_positions
 from .eval_rows import fingerprint as eval_fingerprint
 from .groups import check_group_train_size, partition_groups, select_groups
 from .io.fingerprint import ContentHash
+from .io.rowsource import RowSource
 from .io.watch import InputWatch, describe
 from .kernel import SolverOptions
 from .losses import resolve_loss
@@ -44,6 +47,8 @@ from .null import check_null_args, null_codes, summarize
 
 #: Equal-width bins over [0, 1] of the per-phase score histogram (``PhaseRecord.score_hist``).
 SCORE_BINS = 20
+#: Middle word of the random tie-break's spawn key, "tie" in ASCII (partition keys have two words).
+TIE_TAG = 0x746965
 
 
 @dataclass
@@ -69,6 +74,7 @@ class PhaseRecord:
 
     ``bytes_moved``: bytes sent between processes by the phase (null passes included):
     ``backend="dask"`` counts the arrays it sends each way (docs/dask.md), the local engine 0.
+    ``chance`` (phase 0 only, with the chance check on): :meth:`aflite_fast.chance.ChanceCheck.as_dict`.
     """
 
     phase: int
@@ -92,6 +98,7 @@ class PhaseRecord:
     null_seconds: float = 0.0
     solver_status: dict = field(default_factory=dict)
     bytes_moved: int = 0
+    chance: Optional[dict] = None
 
     def as_dict(self):
         return dict(self.__dict__)
@@ -121,6 +128,9 @@ class AFLiteResult:
         Rows of each class (in the order of ``classes``) kept and removed.
     resumed_from : int
         Phase the run continued from when it resumed a checkpoint (0 for a fresh run).
+    chance : ChanceCheck or None
+        Phase 0's rows at or above tau against label permutations (:mod:`aflite_fast.chance`);
+        None with ``chance_check=False``.
     """
 
     keep: np.ndarray
@@ -133,6 +143,7 @@ class AFLiteResult:
     kept_per_class: np.ndarray = None
     removed_per_class: np.ndarray = None
     resumed_from: int = 0
+    chance: Optional[ChanceCheck] = None
 
     @property
     def keep_mask(self):
@@ -193,8 +204,9 @@ def validate_settings(n_rows, *, target_size, n_partitions, train_size, slice_si
 
 
 def _select(scores, prob_label, seen, tau, budget):
-    """Positions to remove: highest score first, ties by mean probability of the label, then
-    by position; only rows scored this phase with score >= tau.  Returns (selected, n_eligible)."""
+    """Positions to remove: highest score first, ties by mean probability of the label (or the
+    random key standing in for it, :func:`_tie_key`), then by position; only rows scored this
+    phase with score >= tau.  Returns (selected, n_eligible)."""
     eligible = np.flatnonzero((seen > 0) & (scores >= tau))
     if eligible.size == 0 or budget <= 0:
         return np.empty(0, dtype=np.int64), eligible.size
@@ -203,18 +215,32 @@ def _select(scores, prob_label, seen, tau, budget):
     return eligible[order[:budget]], eligible.size
 
 
-def _eligible(res, active_groups, remove, tau, budget, removable=None):
+def _tie_key(tie_break, entropy, phase, seen):
+    """What orders rows of equal score, as a summed "probability" (divided by ``seen`` where
+    used): None for ``"label_prob"`` (the label's held-out probability itself); for ``"random"``
+    a uniform draw per row from ``SeedSequence(entropy, spawn_key=(phase, TIE_TAG))`` times
+    ``seen``, so its mean is the draw (a group's mean: a random mix of its rows' draws)."""
+    if tie_break == "label_prob":
+        return None
+    rng = np.random.default_rng(np.random.SeedSequence(entropy, spawn_key=(phase, TIE_TAG)))
+    return rng.random(seen.size) * seen
+
+
+def _eligible(res, active_groups, remove, tau, budget, removable=None, tie_key=None):
     """Positions to remove (at most ``budget`` rows) and the rows that could be removed, from
     one phase's :class:`~aflite_fast.engine.PhaseScores`: per row or per group.  ``removable``
-    (positions, sorted) restricts both to those positions (``eval_only_score``)."""
+    (positions, sorted) restricts both to those positions (``eval_only_score``); ``tie_key``
+    (:func:`_tie_key`) stands in for the label's probability between equal scores."""
     if removable is not None:
         sub = _Subset(res.scores[removable], res.prob_label[removable], res.seen[removable])
         groups = None if active_groups is None else active_groups[removable]
-        chosen, n_eligible = _eligible(sub, groups, remove, tau, budget)
+        key = None if tie_key is None else tie_key[removable]
+        chosen, n_eligible = _eligible(sub, groups, remove, tau, budget, tie_key=key)
         return removable[chosen], n_eligible
+    prob_label = res.prob_label if tie_key is None else tie_key
     if remove == "group":
-        return select_groups(res.scores, res.prob_label, res.seen, active_groups, tau, budget)
-    return _select(res.scores, res.prob_label, res.seen, tau, budget)
+        return select_groups(res.scores, prob_label, res.seen, active_groups, tau, budget)
+    return _select(res.scores, prob_label, res.seen, tau, budget)
 
 
 @dataclass
@@ -226,30 +252,54 @@ class _Subset:
     seen: np.ndarray
 
 
-def score_nulls(score_phase, X, codes, active, center, train_pos, entropy, phase, n_null, groups, solver, scale):
-    """Yield this phase's partitions scored under each of ``n_null`` label permutations
+def _train_rows(active, train_pos):
+    """``train_rows(j)`` of :func:`~aflite_fast.degenerate.check_moved`: the rows of X partition j trained on."""
+    return lambda j: active[train_pos[j][train_pos[j] >= 0]]
+
+
+def _check_moved(res, X, center, active, train_pos, tol, what):
+    """:func:`~aflite_fast.degenerate.check_moved` for one cold-started scoring (local backend only:
+    it may read the unmoved models' training rows)."""
+    if isinstance(X, (np.ndarray, RowSource)):
+        check_moved(res.coef, res.status, X=X, center=center, train_rows=_train_rows(active, train_pos),
+                    tol=tol, what=what)
+
+
+def score_nulls(score_phase, X, codes, active, center, train_pos, entropy, phase, n_null, groups, solver, scale,
+                first=0):
+    """Yield this phase's partitions scored under label permutations ``first``..``n_null - 1``
     (:mod:`aflite_fast.null`): a cold-started ``score_phase`` each, whose models are refused
-    like the observed ones when they did not train (:func:`~aflite_fast._solver_status.check_trained`).
+    like the observed ones when they did not train (:func:`~aflite_fast._solver_status.check_trained`,
+    :func:`~aflite_fast.degenerate.check_moved`).
     The consumer drops each result before asking for the next (the engine's memory budget
     holds one phase at a time)."""
-    for i in range(n_null):
+    for i in range(first, n_null):
         res = score_phase(X, null_codes(codes, active, entropy, phase, i, groups), active, center, train_pos,
                           warm_coef=None, **solver)
         check_trained(res.n_iter, res.status, scale, what="null model")
+        _check_moved(res, X, center, active, train_pos, solver["options"].tol, "null model")
         yield res
         del res
 
 
-def _null_pass(score_phase, X, codes, active, center, train_pos, entropy, phase, n_null, active_groups,
-               remove, tau, solver, scale, removable=None):
-    """Rows at or above tau under ``n_null`` label permutations of this phase, on its partitions,
-    counted as the observed rows are (:func:`score_nulls`)."""
+def _null_counts(score_phase, X, codes, active, center, train_pos, entropy, phase, n_null, active_groups,
+                 remove, tau, solver, scale, removable=None, first=0):
+    """Rows at or above tau under label permutations ``first``..``n_null - 1`` of this phase, on
+    its partitions, counted as the observed rows are (:func:`score_nulls`), and the bytes the
+    scorings sent between processes."""
     counts, moved = [], 0
     for res in score_nulls(score_phase, X, codes, active, center, train_pos, entropy, phase, n_null,
-                           active_groups, solver, scale):
+                           active_groups, solver, scale, first=first):
         counts.append(_eligible(res, active_groups, remove, tau, 0, removable)[1])
         moved += _bytes_moved(res)
         del res
+    return counts, moved
+
+
+def _null_pass(*args):
+    """:func:`~aflite_fast.null.summarize` of :func:`_null_counts` (permutations 0..n_null - 1),
+    and the bytes moved."""
+    counts, moved = _null_counts(*args)
     return summarize(counts), moved
 
 
@@ -259,9 +309,10 @@ def _bytes_moved(res):
 
 
 def _run_parameters(settings, spec, entropy, tol, max_iter, remove, null, n_null, stop, is_eval=None,
-                    eval_only_score=False, position_bias=None):
+                    eval_only_score=False, position_bias=None, tie_break="label_prob"):
     """What a checkpoint must agree on: every setting that changes the result (the null's and the
-    evaluation rows' only when given, so checkpoints of runs without them stay valid)."""
+    evaluation rows' only when given, the tie rule only when it is not the default, so
+    checkpoints of runs without them stay valid)."""
     params = dict(target_size=settings.target_size, n_partitions=settings.n_partitions,
                   train_size=settings.train_size, slice_size=settings.slice_size, tau=settings.tau,
                   C=settings.C, loss=spec.name, loss_code=int(spec.code), loss_params=spec.params.tolist(),
@@ -272,6 +323,8 @@ def _run_parameters(settings, spec, entropy, tol, max_iter, remove, null, n_null
         params.update(eval_rows=eval_fingerprint(is_eval), eval_only_score=bool(eval_only_score))
     if position_bias is not None:  # multiple choice
         params.update(position_bias=bool(position_bias))
+    if tie_break != "label_prob":
+        params.update(tie_break=tie_break)
     return params
 
 
@@ -312,7 +365,7 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
            loss="ce", loss_params=None, max_memory=None, random_state=None, n_jobs=None,
            progress=True, tol=1e-4, max_iter=1000, backend="local", client=None, groups=None,
            remove="row", checkpoint=None, null=None, n_null=1, stop="paper", eval_rows=None,
-           eval_only_score=False, position_bias=False):
+           eval_only_score=False, position_bias=False, chance_check=True, tie_break="label_prob"):
     """Filter the most predictable rows of (X, y) with AFLite.
 
     Parameters
@@ -410,6 +463,18 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
     position_bias : bool, default=False
         Multiple choice only: each scorer also learns a bias per candidate position (not
         penalised), so that an answer-position artifact is learnable.
+    chance_check : bool, default=True
+        Score phase 0's partitions again under 3 label permutations (the null's, reused when
+        ``null="permutation"`` already scores as many) and record in ``result.chance`` whether
+        phase 0's rows at or above tau exceed the permuted count by the margin of
+        ``stop="null"``; when they do not (and ``stop="paper"``), warn with
+        :class:`aflite_fast.ChanceWarning`.  It costs about 3 cold-started phase-0 scorings and
+        never changes what is removed (see :mod:`aflite_fast.chance`, docs/evaluation.md).
+    tie_break : {"label_prob", "random"}, default="label_prob"
+        The order of rows of equal score within a phase (which of them fit in the slice):
+        ``"label_prob"``: higher mean held-out probability of the row's label first, then lower
+        row position; ``"random"``: a random order drawn from ``random_state`` and the phase
+        (then lower position).  With ``remove="group"`` it orders groups of equal mean score the same way.
 
     Returns
     -------
@@ -426,10 +491,18 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
         Also when a partition's model did not move from its starting point (no solver step
         and not converged), or did not converge on X whose values are too large for the
         float32 solver (e.g. float32 rows scaled by 1e12): the message names the likely
-        cause; such models are never reported (null models included).
+        cause; such models are never reported (null models included).  Degenerate inputs
+        (:mod:`aflite_fast.degenerate`): X with no variance, X whose largest deviation from its
+        column means is at most ``tol`` (rows scaled by 1e-12, subnormal values), a singular or
+        not row-stochastic forward-correction T, and cold-started models whose weights are all
+        still zero after training whatever the solver status says: each would make the run
+        filter by class prior.
 
     Warns
     -----
+    aflite_fast.ChanceWarning
+        When the chance check finds phase 0's rows at or above tau within what permuted labels
+        give (see ``chance_check``).
     sklearn.exceptions.ConvergenceWarning
         When any partition's model stopped without converging (max_iter, a failed line
         search, a non-finite value); ``history[i].solver_status`` counts them per phase.
@@ -466,6 +539,8 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
     if remove == "group" and groups is None:
         raise ValueError("remove='group' needs groups (a group id per row)")
     n_null = check_null_args(null, n_null, stop)
+    if tie_break not in TIE_BREAKS:
+        raise ValueError(f"tie_break must be one of {', '.join(map(repr, TIE_BREAKS))}, got {tie_break!r}")
     group_codes = partition_groups(groups, n_rows, settings.train_rows(n_trainable), is_eval)
     spec = resolve_loss(loss, loss_params, labels.n_classes)
     check_multiple_choice_loss(spec, multiple_choice)
@@ -484,12 +559,14 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
     # a checkpoint needs the fingerprint of every row, which the scan computes as it reads them
     with ContentHash(X_rows.shape, X.dtype, n_threads) if store is not None else nullcontext() as content:
         center = scan(X_rows, fingerprint=content).astype(np.float32)
+    if backend == "local":
+        check_scale(X_rows, center, tol)  # no variance, or too small a scale: refused (aflite_fast.degenerate)
     watch.check()
     state = None
     if store is not None:
         state = store.start(_run_parameters(settings, spec, entropy, tol, max_iter, remove, null, n_null, stop,
                                             is_eval, eval_only_score,
-                                            position_bias if multiple_choice else None),
+                                            position_bias if multiple_choice else None, tie_break),
                             data_fingerprint(X, labels.codes, labels.classes, group_codes,
                                              content=content.hexdigest()),
                             x_source=f"X ({describe(watch.files)})")
@@ -542,11 +619,14 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
             res = score_phase(X, labels.codes, active, center, train_pos, warm_coef=warm, **solver)
             # an untrained model's votes are noise: never report them (ValueError naming the cause)
             check_trained(res.n_iter, res.status, scale, what="partition model")
+            if warm is None:  # a cold start must move its weights, whatever the status says
+                _check_moved(res, X, center, active, train_pos, tol, "partition model")
             warm_mean = res.coef.mean(axis=0)
             phase_scores = res.scores
             scores[active] = phase_scores
             budget = min(settings.slice_size, removable_count(active) - settings.target_size)
-            chosen, n_eligible = _eligible(res, active_groups, remove, settings.tau, budget, removable)
+            chosen, n_eligible = _eligible(res, active_groups, remove, settings.tau, budget, removable,
+                                           _tie_key(tie_break, entropy, phase, res.seen))
             observed = dict(n_scored=int(np.count_nonzero(res.seen)), n_blocks=res.n_blocks,
                             mean_iterations=float(res.n_iter.mean()), solver_status=status_counts(res.status),
                             bytes_moved=_bytes_moved(res),
@@ -566,6 +646,16 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
                 by_chance = stop != "paper" and summary.within(n_eligible)
                 if by_chance:  # no more rows reach tau than chance gives: none of them goes
                     chosen = chosen[:0]
+            if chance_check and phase == 0:  # aflite_fast.chance
+                chance_start, counts = time.perf_counter(), list(summary.counts) if null is not None else []
+                if len(counts) < N_PERMUTATIONS:  # the null's first permutations are the check's
+                    more, more_bytes = _null_counts(score_phase, X, labels.codes, active, center, train_pos, entropy,
+                                                    phase, N_PERMUTATIONS, active_groups, remove, settings.tau,
+                                                    solver, scale, removable, first=len(counts))
+                    counts += more
+                    observed["bytes_moved"] += more_bytes
+                null_record["chance"] = ChanceCheck.from_counts(
+                    active.size, settings.tau, n_eligible, counts, time.perf_counter() - chance_start).as_dict()
             removed.append(active[chosen])
             removed_phase.append(np.full(chosen.size, phase, dtype=np.int64))
             keep_pos = np.ones(active.size, dtype=bool)
@@ -601,12 +691,14 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
         bar.close()
     removed = np.concatenate(removed)
     warn_not_converged(total_status(h.solver_status for h in history), what="partition model")
+    chance = ChanceCheck.from_dict(history[0].chance) if history else None
+    warn_if_chance(chance, stop)
     return AFLiteResult(
         keep=active, removed=removed, removed_phase=np.concatenate(removed_phase), scores=scores,
         history=history, classes=labels.classes, stop_reason=stop_reason,
         kept_per_class=np.bincount(labels.codes[active], minlength=labels.n_classes).astype(np.int64),
         removed_per_class=np.bincount(labels.codes[removed], minlength=labels.n_classes).astype(np.int64),
-        resumed_from=resumed_from)
+        resumed_from=resumed_from, chance=chance)
 
 
 def filter_on_cluster(scheduler, X, y, *, chunk_rows=None, **aflite_kwargs):

@@ -21,7 +21,7 @@ class AFLite(BaseEstimator):
     Parameters
     ----------
     target_size, n_partitions, train_size, slice_size, tau, C, loss, loss_params, max_memory,
-    random_state, n_jobs, progress, tol, max_iter, remove, checkpoint, null, n_null, stop
+    random_state, n_jobs, progress, tol, max_iter, remove, checkpoint, null, n_null, stop, chance_check, tie_break
         As in :func:`aflite_fast.aflite`; the groups are given to :meth:`fit_resample`.
 
     Attributes
@@ -42,7 +42,7 @@ class AFLite(BaseEstimator):
     def __init__(self, *, target_size, n_partitions=64, train_size=0.5, slice_size=500, tau=0.75,
                  C=1.0, loss="ce", loss_params=None, max_memory=None, random_state=None, n_jobs=None,
                  progress=False, tol=1e-4, max_iter=1000, remove="row", checkpoint=None, null=None,
-                 n_null=1, stop="paper"):
+                 n_null=1, stop="paper", chance_check=True, tie_break="label_prob"):
         self.target_size = target_size
         self.n_partitions = n_partitions
         self.train_size = train_size
@@ -62,6 +62,8 @@ class AFLite(BaseEstimator):
         self.null = null
         self.n_null = n_null
         self.stop = stop
+        self.chance_check = chance_check
+        self.tie_break = tie_break
 
     def fit(self, X, y, groups=None):
         """Run AFLite on (X, y) and store the kept rows' indices; ``groups`` as in
@@ -72,7 +74,8 @@ class AFLite(BaseEstimator):
             loss=self.loss, loss_params=self.loss_params, max_memory=self.max_memory,
             random_state=self.random_state, n_jobs=self.n_jobs, progress=self.progress,
             tol=self.tol, max_iter=self.max_iter, groups=groups, remove=self.remove,
-            checkpoint=self.checkpoint, null=self.null, n_null=self.n_null, stop=self.stop)
+            checkpoint=self.checkpoint, null=self.null, n_null=self.n_null, stop=self.stop,
+            chance_check=self.chance_check, tie_break=self.tie_break)
         self.sample_indices_ = self.result_.keep
         self.predictability_ = self.result_.scores
         self.history_ = self.result_.history

@@ -124,12 +124,13 @@ def _forward_params(params, n_classes):
         raise ValueError(f"forward: T must be a C x C matrix of numbers: {exc}") from exc
     if T.shape != (n_classes, n_classes):
         raise ValueError(f"forward: T must have shape {(n_classes, n_classes)}, got {T.shape}")
-    if not np.all(np.isfinite(T)) or np.any(T < 0) or not np.allclose(T.sum(axis=1), 1.0, atol=1e-6):
-        raise ValueError("forward: T must be finite and non-negative with rows summing to 1")
-    empty = np.flatnonzero(T.sum(axis=0) <= 0)
-    if empty.size:
+    from .degenerate import check_transition
+
+    empty = np.flatnonzero(T.sum(axis=0) <= 0) if np.all(np.isfinite(T)) and np.all(T >= 0) else []
+    if len(empty):
         raise ValueError(f"forward: column(s) {empty.tolist()} of T are all zero, so those labels "
                          "could never be observed; T[i, j] is P(noisy label j | true label i)")
+    check_transition(T)  # row-stochastic and invertible
     return list(T.ravel())
 
 

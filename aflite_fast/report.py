@@ -117,16 +117,38 @@ def class_shares(ax, report):
         ax.legend(fontsize="small", loc="center left", bbox_to_anchor=(1.01, 0.5), title="class")
 
 
-#: The panels of the figure, left to right.
+def evaluation(ax, report):
+    """Balanced accuracy of the probe on all rows, the kept rows and random subsets of their size
+    (error bar: the subsets' sd), per representation, with the verdict (``aflite-fast evaluate``)."""
+    ev = report["evaluation"]
+    ax.set_title(f"evaluation: {ev['verdict']}")
+    ax.set_ylabel("balanced accuracy (probe, out of fold)")
+    reps = [("filtering", ev)] + ([("second", ev["features"])] if ev.get("features") else [])
+    width = 0.25
+    for k, (which, color) in enumerate((("full", "0.6"), ("kept", "C3"), ("random", "C0"))):
+        x = np.arange(len(reps)) + (k - 1) * width
+        heights = [r[f"{which}_balanced_accuracy"] for _, r in reps]
+        err = [r["random_balanced_accuracy_std"] for _, r in reps] if which == "random" else None
+        ax.bar(x, heights, width, yerr=err, color=color, label=which if which != "random" else
+               f"random subsets ({ev['n_random']})")
+    chance = 1.0 / max(1, len(ev.get("classes", [])) or 2)
+    ax.axhline(chance, color="k", ls=":", lw=1, label="chance")
+    ax.set_xticks(np.arange(len(reps)), [f"{name} repr." for name, _ in reps])
+    ax.set_ylim(0, 1.25)  # room for the legend above the bars
+    ax.legend(fontsize="x-small", loc="upper center", ncol=2)
+
+
+#: The panels of the figure, left to right; :func:`evaluation` is added when the report has one.
 PANELS = [filtering_curve, score_histograms, class_shares]
 
 
 def draw_report(report, path):
     """Draw the figure of ``report`` (the dict of a report.json) into the PNG file ``path``."""
     plt = require_matplotlib()
-    fig, axes = plt.subplots(1, len(PANELS), figsize=(4.6 * len(PANELS), 3.8), squeeze=False)
+    panels = PANELS + ([evaluation] if report.get("evaluation") else [])
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 3.8), squeeze=False)
     try:
-        for panel, ax in zip(PANELS, axes[0]):
+        for panel, ax in zip(panels, axes[0]):
             panel(ax, report)
         fig.suptitle(f"AFLite: kept {report['n_kept']} of {report['n_rows']} rows in "
                      f"{len(_phases(report))} phase(s); {report.get('stop_reason', '')}", fontsize="medium")

@@ -6,6 +6,7 @@ import numpy as np
 
 from . import engine
 from ._solver_status import DataScale, check_trained, status_counts, warn_not_converged
+from .degenerate import check_moved, check_scale
 from ._threads import effective_n_threads
 from .algorithm import check_multiple_choice_loss, open_problem, score_nulls, validate_settings
 from .data import scan_rows
@@ -91,6 +92,7 @@ def predictability(X, y, *, n_partitions=64, train_size, C=1.0, loss="ce", loss_
     spec = resolve_loss(loss, loss_params, labels.n_classes)
     check_multiple_choice_loss(spec, multiple_choice)
     center = scan_rows(X_rows).astype(np.float32)
+    check_scale(X_rows, center, tol)  # no variance, or too small a scale (aflite_fast.degenerate)
     active = np.arange(n_rows, dtype=np.int64)
     t = settings.train_rows(n_trainable)
     group_codes = partition_groups(groups, n_rows, t, is_eval)
@@ -103,6 +105,8 @@ def predictability(X, y, *, n_partitions=64, train_size, C=1.0, loss="ce", loss_
     scale = DataScale(X_rows, center)  # read only if a model failed
     res = engine.score_phase(X, labels.codes, active, center, train_pos, **solver)
     check_trained(res.n_iter, res.status, scale, what="partition model")
+    check_moved(res.coef, res.status, X=X, center=center, train_rows=lambda j: train_pos[j][train_pos[j] >= 0],
+                tol=tol, what="partition model")
     warn_not_converged(status_counts(res.status), what="partition model")
     null_scores = None
     if null is not None:

@@ -47,6 +47,8 @@ def main(argv=None):
     p.add_argument("--max-phases", type=int, default=None)
     p.add_argument("--path", type=Path, default=None, help="the .npy (written if missing)")
     p.add_argument("--json", type=Path, default=None)
+    p.add_argument("--no-chance-check", dest="chance_check", action="store_false",
+                   help="run without the chance check (3 cold scorings of phase 0 under permuted labels)")
     a = p.parse_args(argv)
     path = a.path or HERE / "_cache" / f"snli_{a.rows}_{a.dim}.npy"
     labels_path = path.with_name(path.stem + "_labels.npy")
@@ -66,12 +68,16 @@ def main(argv=None):
         target = max(target, a.rows - a.max_phases * a.slice_size)
     sampler = PeakAnonSampler()
     base_anon = rss_anon()
-    phases = []
+    phases, chance_calls = [], []
     real = engine.score_phase
 
     def spy(*args, **kwargs):
         t0 = time.perf_counter()
         res = real(*args, **kwargs)
+        if phases and kwargs.get("warm_coef") is None:  # a cold call after phase 0: the chance check's
+            chance_calls.append(dict(seconds=time.perf_counter() - t0, mean_iterations=float(res.n_iter.mean())))
+            print(f"chance {json.dumps(chance_calls[-1])}", file=sys.stderr, flush=True)
+            return res
         phases.append(dict(phase=len(phases), n_active=int(args[2].size), seconds=time.perf_counter() - t0,
                            mean_iterations=float(res.n_iter.mean()),
                            mean_evaluations=float(res.n_eval.mean()), n_blocks=res.n_blocks,
@@ -93,7 +99,7 @@ def main(argv=None):
     t0 = time.perf_counter()
     res = aflite(str(path), y, target_size=target, n_partitions=a.partitions, train_size=a.train_size,
                  slice_size=a.slice_size, tau=a.tau, random_state=0, n_jobs=a.threads,
-                 max_memory=a.max_memory, progress=False)
+                 max_memory=a.max_memory, progress=False, chance_check=a.chance_check)
     total = time.perf_counter() - t0
     peak = sampler.stop()
     engine.score_phase = real
@@ -105,7 +111,8 @@ def main(argv=None):
         full_phases.append(n_active)
         n_active -= min(a.slice_size, n_active - a.target_size)
     per_row = sum(ph["seconds"] for ph in phases) / sum(ph["n_active"] for ph in phases)
-    loop_overhead = total - sum(ph["seconds"] for ph in phases)
+    chance_seconds = sum(c["seconds"] for c in chance_calls)
+    loop_overhead = total - sum(ph["seconds"] for ph in phases) - chance_seconds
     projected = per_row * sum(full_phases) + loop_overhead
     # without --max-phases the run went to its own end (target size or the tau rule)
     measured_all = target == a.target_size
@@ -116,7 +123,9 @@ def main(argv=None):
                peak_anon_gb=peak / 1e9, base_anon_gb=base_anon / 1e9,
                scan_seconds=sum(scan_seconds), phases_seconds=sum(ph["seconds"] for ph in phases),
                full_run_phases=len(full_phases), projected_full_seconds=projected,
-               measured_full_run=measured_all, machine=platform.processor() or platform.machine())
+               measured_full_run=measured_all, machine=platform.processor() or platform.machine(),
+               chance_check=None if res.chance is None else res.chance.as_dict(), chance_calls=chance_calls,
+               chance_seconds=chance_seconds)
     print(f"\nN={a.rows} d={a.dim} m={a.partitions} t={a.train_size} k={a.slice_size} "
           f"target={a.target_size}, {a.threads} threads, memory-mapped {out['file_gb']:.2f} GB float32 file\n")
     print("| phase | active rows | seconds | train | predict | reads of X | preconditioner | iterations / evaluations |")
@@ -133,7 +142,13 @@ def main(argv=None):
         print(f"Measured {len(phases)} of {len(full_phases)} phases in {total:.0f} s; PROJECTED full run "
               f"(measured seconds per active row x the active rows of all {len(full_phases)} phases): "
               f"{projected:.0f} s ({projected / 60:.1f} min).")
-    print(f"Outside the phases: {total - out['phases_seconds']:.0f} s, of which the validation scan of the "
+    if chance_calls:
+        c = res.chance
+        print(f"Chance check: {len(chance_calls)} cold scorings of phase 0, {chance_seconds:.1f} s = "
+              f"{100 * chance_seconds / total:.1f}% of the run (mean iterations "
+              f"{np.mean([x['mean_iterations'] for x in chance_calls]):.1f}); phase 0: {c.n_above_tau} rows >= tau, "
+              f"permuted {c.null_above_tau}, by_chance={c.by_chance}.")
+    print(f"Outside the phases: {total - out['phases_seconds'] - chance_seconds:.0f} s, of which the validation scan of the "
           f"file (finiteness, column means) {out['scan_seconds']:.0f} s.")
     print(f"Peak anonymous memory {out['peak_anon_gb']:.2f} GB (RssAnon, 10 ms samples; "
           f"{out['base_anon_gb']:.2f} GB before the run).")

@@ -148,21 +148,27 @@ def record_phases(monkeypatch):
 @pytest.fixture
 def interrupted_run(monkeypatch):
     """``interrupted_run(X, y, path, phase, **run)``: ``aflite(X, y, checkpoint=path, **run)``
-    stopped by a KeyboardInterrupt as it starts ``phase`` (the checkpoint holds the phases before)."""
-    from aflite_fast import aflite, engine
+    stopped by a KeyboardInterrupt as it starts ``phase`` (the checkpoint holds the phases
+    before): the first scoring after the checkpoint saved ``phase`` phases is interrupted
+    (counting saves, not scorings: phase 0 also scores the chance check's permutations)."""
+    from aflite_fast import aflite, checkpoint, engine
 
     def run_until(X, y, path, phase, **run):
-        real = engine.score_phase
-        calls = []
+        real_score, real_save = engine.score_phase, checkpoint.Checkpoint.save
+        saved = []
 
         def interrupt(*args, **kw):
-            calls.append(1)
-            if len(calls) == phase + 1:
+            if len(saved) == phase:
                 raise KeyboardInterrupt
-            return real(*args, **kw)
+            return real_score(*args, **kw)
+
+        def save(self, state):
+            real_save(self, state)
+            saved.append(1)
 
         with monkeypatch.context() as m:
             m.setattr(engine, "score_phase", interrupt)
+            m.setattr(checkpoint.Checkpoint, "save", save)
             with pytest.raises(KeyboardInterrupt):
                 aflite(X, y, checkpoint=path, **run)
 

@@ -15,6 +15,7 @@ import pytest
 
 from aflite_fast import aflite, predictability
 from aflite_fast.cli import main
+from aflite_fast.chance import N_PERMUTATIONS
 from aflite_fast.engine import TRAIN_PAD
 
 N = 900
@@ -50,8 +51,11 @@ def test_eval_rows_never_train_and_are_seen_by_every_model(data, record_phases, 
     res = aflite(X, y, eval_rows=is_eval, **run)
     assert len(res.history) >= 2
     _check_calls(calls, is_eval, M)
-    # train_size counts training-eligible active rows
-    for h, (active, train_pos, _) in zip(res.history, calls):
+    # train_size counts training-eligible active rows; phase 0's scoring is followed by the
+    # chance check's permuted scorings (checked above too), then one scoring per phase
+    observed = [calls[0]] + calls[1 + N_PERMUTATIONS:]
+    assert len(observed) == len(res.history)
+    for h, (active, train_pos, _) in zip(res.history, observed):
         eligible = int(np.count_nonzero(~is_eval[active]))
         assert h.train_size == int(round(0.5 * eligible))
         if case != "groups":

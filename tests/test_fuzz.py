@@ -78,7 +78,9 @@ def embedding_files(draw, fault):
     kind = draw(st.sampled_from(["npy", "npy", "npz", "npz_key", "npz_compressed"]))
     dtype = draw(st.sampled_from(VALID_DTYPES))
     n, d = draw(st.integers(20, 60)), draw(st.integers(1, 5))
-    scale = 1.0 if dtype in ("<f2", ">f2") else draw(st.sampled_from([1.0, 1e4, 1e-3]))
+    # integers at 1e-3 round to all zeros: X with no variance, an input error (aflite_fast.degenerate)
+    small = [] if np.dtype(dtype).kind in "iu" else [1e-3]
+    scale = 1.0 if dtype in ("<f2", ">f2") else draw(st.sampled_from([1.0, 1e4, *small]))
     where = draw(st.floats(0, 1, exclude_max=True))
     fortran = draw(st.booleans())
     cut = draw(st.integers(1, 64))
@@ -256,7 +258,9 @@ def test_filter_exits_0_or_2(where, data):
             code = main(["filter", spec, labels, "--out", out, *label_flags, *params])
         lines = [line for line in stderr.getvalue().splitlines() if line.strip()]
         if where == "none":
-            assert code == 0 and lines == [], lines
+            # --quiet prints nothing but the chance check's warning, which random labels may earn
+            warned = [line for line in lines if line.startswith("aflite-fast filter: warning: chance check: ")]
+            assert code == 0 and lines == warned and len(warned) <= 1, lines
             check_outputs(out, n, params)
             assert sorted(os.listdir(out)) == [".aflite", *sorted(OUTPUTS)]  # the set's links, nothing staged
         else:
@@ -325,7 +329,10 @@ def valid_problems(draw):
 
 def _valid_parameters(draw, entry, n, n_classes):
     loss = draw(st.sampled_from(["ce", "ce", "gce", "mae", "sce", "gce_trunc", "forward"]))
-    loss_params = {"gce": {"q": 0.5}, "forward": {"T": np.full((n_classes, n_classes), 1.0 / n_classes)}}.get(loss)
+    # an invertible row-stochastic T (a uniform one is singular, refused: aflite_fast.degenerate)
+    noise = 0.2 / max(1, n_classes - 1)
+    T = np.full((n_classes, n_classes), noise) + np.eye(n_classes) * (0.8 - noise)
+    loss_params = {"gce": {"q": 0.5}, "forward": {"T": T}}.get(loss)
     common = dict(C=draw(st.sampled_from([0.1, 1.0, 10.0])), loss=loss, loss_params=loss_params,
                   n_jobs=draw(st.sampled_from([1, 1, 2, -1, None])), tol=1e-4,
                   max_iter=draw(st.sampled_from([50, 1000])))

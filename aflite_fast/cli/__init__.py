@@ -21,7 +21,6 @@ run removed what it had staged (outputs are written through
 :class:`aflite_fast.io.atomic.OutputSet`, never half-way).
 """
 import importlib
-import os
 import re
 import signal
 import sys
@@ -32,7 +31,7 @@ from ._args import ArgumentParser, UsageError, name_flags
 
 #: Subcommand modules, in the order ``--help`` lists them; one line registers a subcommand.
 #: A module missing from this build (an optional one) is skipped.
-SUBCOMMANDS = ("_filter", "_oof", "_report", "_demo", "_synthetic", "_noise_robust", "_label_issues")
+SUBCOMMANDS = ("_filter", "_evaluate", "_oof", "_report", "_demo", "_synthetic", "_noise_robust", "_label_issues")
 
 
 class Terminated(KeyboardInterrupt):
@@ -69,9 +68,11 @@ class _SignalsRaise:
 
     Once the command has finished (:attr:`exit_code` set), a signal raises nothing.  On exit the
     previous handlers come back, except for the process's own entry point (``keep_after``):
-    there a signal between the end of the command and the end of the process would meet
-    Python's default handlers (a KeyboardInterrupt traceback, or a silent death by SIGTERM)
-    although the outputs are complete, so the process ends at once with the command's code.
+    there the signals are ignored from then on.  Between the end of the command and the end of
+    the process a signal would otherwise meet Python's default handlers (a KeyboardInterrupt
+    traceback), or none at all: the interpreter's shutdown resets the signals it handled to
+    their default action, so SIGTERM would kill the process silently although its outputs are
+    complete.  An ignored signal stays ignored through the shutdown.
 
     The handler runs between Python bytecodes: inside a long compiled call (a kernel block) it
     waits for that call to return.  A signal that lands inside a Numba function surfaces as a
@@ -95,14 +96,6 @@ class _SignalsRaise:
         self.first = signum
         raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
-    def _end_process(self, signum, frame):
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
-        os._exit(self.exit_code if self.exit_code is not None else 128 + signum)
-
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
             for signum in self.SIGNALS:
@@ -111,7 +104,7 @@ class _SignalsRaise:
 
     def __exit__(self, *exc):
         for signum, previous in self._previous.items():
-            signal.signal(signum, self._end_process if self.keep_after else previous)
+            signal.signal(signum, signal.SIG_IGN if self.keep_after else previous)
         return False
 
 
@@ -133,8 +126,8 @@ def main(argv=None):
 
     Signals are caught from its first line, argument parsing included: Ctrl-C anywhere gives
     exit code 130 and SIGTERM 143, each with one line on stderr.  Called without ``argv`` (the
-    process's entry point), a signal after the command has finished ends the process with the
-    command's exit code.
+    process's entry point), a signal after the command has finished is ignored: the process
+    ends with the command's exit code.
     """
     words = sys.argv[1:] if argv is None else list(argv)
     # the subcommand named in messages, also before argparse has read it (a signal while parsing)
@@ -162,6 +155,10 @@ def _run_command(argv, prog, signals):
         return int(args.func(args) or 0)
     except BaseException as exc:  # noqa: B036 - sorted below; anything else is re-raised
         interrupt = _interruption(exc)
+        if interrupt is None and signals.first is not None:
+            # the signal surfaced as another error (e.g. an extension module whose import it
+            # interrupted raises ImportError): the run was interrupted all the same
+            interrupt = Terminated() if signals.first == signal.SIGTERM else KeyboardInterrupt()
         if interrupt is not None:
             signals.first = signals.first or signal.SIGINT  # later signals: no second line
             if isinstance(interrupt, Terminated) or signals.first == signal.SIGTERM:

@@ -5,7 +5,7 @@ import time
 import warnings
 
 from .._loss_names import LOSS_NAMES
-from .._mode_names import NULL_MODES, REMOVE_MODES, STOP_RULES
+from .._mode_names import NULL_MODES, REMOVE_MODES, STOP_RULES, TIE_BREAKS
 from .._version import __version__
 from ._args import HelpFormatter, add_flag, cap_threads, memory_size, positive_int
 
@@ -21,7 +21,8 @@ PARAMETER_FLAGS = {
     "random_state": "--seed", "n_jobs": "--n-jobs", "max_iter": "--max-iter", "T": "--transition",
     "groups": "--groups", "remove": "--remove", "checkpoint": "--checkpoint", "null": "--null",
     "n_null": "--n-null", "stop": "--stop", "scheduler": "--scheduler", "eval_rows": "--eval-rows",
-    "eval_only_score": "--eval-only-score", "position_bias": "--position-bias",
+    "eval_only_score": "--eval-only-score", "position_bias": "--position-bias", "tie_break": "--tie-break",
+    "features": "--features",
 }
 
 _DESCRIPTION = """\
@@ -40,6 +41,20 @@ DIR/.aflite/; see docs/outputs.md). A second run on the same DIR refuses while o
 
 A 3-D EMB (N items x K candidates x d) is multiple choice: LABELS holds the right candidate of
 each item (0..K-1), each model scores candidates and an item is a row (docs/multiple_choice.md).
+
+Every run also scores phase 0 with the labels permuted 3 times (the chance check, about 3 more
+phase-0 scorings; --no-chance-check skips it) and records it in report.json (chance_check). When
+phase 0's rows at or above tau do not exceed what permuted labels give, one line on stderr says
+"warning: chance check: ..." (even with --quiet): what the run removes may be chance, and
+--null permutation --n-null 3 --stop null removes only what exceeds chance. --evaluate adds
+'aflite-fast evaluate' (the kept rows against random subsets of their size) to report.json.
+
+Ties: rows of equal score are taken in order of higher mean held-out probability of their label
+(--tie-break label_prob), or in a random order from --seed (--tie-break random).
+
+Inputs on which no model can learn (X with no variance, or a scale at or below the solver's
+tolerance, a singular --transition) are refused: filtering them would only remove rows by
+their class prior.
 
 Exit codes: 0 done; 2 bad input (one line on stderr, DIR unchanged); 130 Ctrl-C, 143 SIGTERM.
 """
@@ -166,6 +181,18 @@ def add_parser(subparsers):
     p.add_argument("--eval-only-score", action="store_true",
                    help="score the --eval-rows rows but never remove them (--target-size and "
                         "--slice-size then count the other rows)")
+    p.add_argument("--no-chance-check", dest="chance_check", action="store_false",
+                   help="skip the chance check (phase 0 scored again under 3 label permutations; "
+                        "report.json: chance_check)")
+    p.add_argument("--tie-break", choices=TIE_BREAKS, default="label_prob",
+                   help="order of rows of equal score: label_prob, higher mean held-out probability "
+                        "of the row's label first; random, a random order drawn from --seed")
+    p.add_argument("--evaluate", action="store_true",
+                   help="at the end, compare the kept rows with random subsets of their size "
+                        "(see 'aflite-fast evaluate') and add it to report.json (and report.png)")
+    p.add_argument("--features", default=None, metavar="F2",
+                   help="with --evaluate: a second representation of the rows (.npy), N x d2, "
+                        "which the filter never saw")
     p.add_argument("--plot", action="store_true",
                    help="also draw DIR/report.png (see 'aflite-fast report'); needs matplotlib")
     p.add_argument("--quiet", action="store_true", help="no progress bar, notes or summary")
@@ -234,12 +261,14 @@ def run(args):
     from ..io.atomic import OutputSet
     from ..io.watch import InputWatch
     from .._solver_status import NOT_CONVERGED_MESSAGE, total_status
+    from ..chance import ChanceWarning, chance_line
 
     prog = "aflite-fast filter"
     start = time.perf_counter()
     # checked again before the outputs are committed (the run checks EMB at every phase too)
     watch = InputWatch([("EMB", args.embeddings), ("LABELS", args.labels), ("--groups", args.groups),
-                        ("--transition", args.transition), ("--eval-rows", args.eval_rows)])
+                        ("--transition", args.transition), ("--eval-rows", args.eval_rows),
+                        ("--features", args.features)])
     X = open_embeddings(args.embeddings, args.column, items=True)
     y = read_labels_file(args.labels, column=args.labels_column, header=args.labels_header)
     n_rows = X.shape[0]
@@ -258,6 +287,8 @@ def run(args):
     eval_rows = None if args.eval_rows is None else read_eval_rows(args.eval_rows)
     if args.stop != "paper" and args.null is None:
         raise ValueError(f"--stop {args.stop} needs --null permutation")
+    if args.features is not None and not args.evaluate:
+        raise ValueError("--features needs --evaluate")
     if args.plot:
         from ..report import require_matplotlib
 
@@ -272,7 +303,8 @@ def run(args):
                   train_size=args.train_size, slice_size=args.slice_size, tau=args.tau, C=args.C,
                   loss=args.loss, max_memory=args.max_memory, random_state=args.seed,
                   n_jobs=cap_threads(args.n_jobs, prog, args.quiet), max_iter=args.max_iter,
-                  remove=args.remove, null=args.null, n_null=args.n_null, stop=args.stop)
+                  remove=args.remove, null=args.null, n_null=args.n_null, stop=args.stop,
+                  chance_check=args.chance_check, tie_break=args.tie_break)
     if X.ndim == 3:
         params["position_bias"] = args.position_bias
     extra = {}
@@ -287,6 +319,7 @@ def run(args):
             with warnings.catch_warnings():
                 # counted in the history; the note below says it once, in the CLI's words
                 warnings.filterwarnings("ignore", message=NOT_CONVERGED_MESSAGE)
+                warnings.simplefilter("ignore", ChanceWarning)  # said below, in one line
                 result = aflite(X, y, progress=not args.quiet, loss_params=loss_params, groups=groups,
                                 checkpoint=args.checkpoint, eval_rows=eval_rows,
                                 eval_only_score=args.eval_only_score, **params, **extra)
@@ -321,7 +354,13 @@ def run(args):
                 "classes": result.classes.tolist(),
                 "class_counts": {"kept": result.kept_per_class.tolist(),
                                  "removed": result.removed_per_class.tolist()},
+                "chance_check": None if result.chance is None else result.chance.as_dict(),
             }
+            if args.evaluate:
+                from ._evaluate import evaluation_of
+
+                report["evaluation"] = evaluation_of(X, y, result.keep, report, features=args.features,
+                                                     groups=groups, seed=args.seed, n_jobs=params["n_jobs"])
             out.save_json("report.json", report)
             if args.plot:
                 from ..report import draw_report
@@ -330,6 +369,9 @@ def run(args):
     finally:
         if extra:
             close_client(extra["client"])
+    line = chance_line(result.chance, args.stop)
+    if line:  # a warning: printed with --quiet too
+        print(f"{prog}: warning: {line}", file=sys.stderr)
     if not args.quiet:
         failed = sum(count for name, count in solver_status.items() if name != "converged")
         if failed:
@@ -342,4 +384,6 @@ def run(args):
               f"{f'resumed from phase {result.resumed_from}; ' if result.resumed_from else ''}"
               f"wrote {os.path.join(args.out, 'keep.npy')}, scores.npy, report.json"
               f"{', report.png' if args.plot else ''}", file=sys.stderr)
+        if args.evaluate:
+            print(f"{prog}: {report['evaluation']['summary']}", file=sys.stderr)
     return 0

@@ -1,0 +1,104 @@
+"""``aflite-fast evaluate DIR EMB LABELS``: did the filter run in DIR remove bias, or chance?"""
+import os
+import sys
+
+from ._args import HelpFormatter, add_flag, cap_threads, positive_int
+from ._filter import add_groups_arguments, add_input_arguments
+
+PARAMETER_FLAGS = {"features": "--features", "cv": "--cv", "n_random": "--n-random", "groups": "--groups",
+                   "random_state": "--seed", "n_jobs": "--n-jobs", "keep": "DIR/keep.npy"}
+
+_DESCRIPTION = """\
+Compare the rows a filter run kept (DIR/keep.npy) with random subsets of the same size: a probe
+(the package's out-of-fold logistic regression, --cv folds) on each set, on EMB (the
+representation the run filtered with) and on --features F2 (a second representation of the same
+rows that the filter never saw, e.g. bag of words when EMB holds sentence vectors). It reports
+balanced accuracy (read this one: plain accuracy moves with the class balance), plain accuracy,
+the majority rate and the class counts of every set, and a verdict:
+
+  chance         the run's chance check (report.json: chance_check) found phase 0's rows at or
+                 above tau within what permuted labels give
+  bias_removed   balanced accuracy on the kept rows clearly below random subsets' (by 0.02 and
+                 2 sd at least), confirmed on F2 or, without F2, by the chance check
+  not_confirmed  a clear drop on EMB that F2 does not show
+  no_evidence    otherwise
+
+The evaluation joins DIR/report.json (key "evaluation"), and report.png gets one more panel if
+DIR has one; DIR's output set is switched in whole (docs/outputs.md). See docs/evaluation.md.
+"""
+
+
+def add_parser(subparsers):
+    p = subparsers.add_parser(
+        "evaluate", help="did the filter run in DIR remove bias, or chance? (kept rows vs random subsets)",
+        description=_DESCRIPTION, formatter_class=HelpFormatter)
+    p.add_argument("dir", metavar="DIR", help="output directory of 'aflite-fast filter'")
+    add_input_arguments(p)
+    p.add_argument("--features", default=None, metavar="F2",
+                   help="a second representation of the same rows (.npy/.npz), N x d2")
+    add_groups_arguments(p, "group id per row: no group is split between a probe's training and "
+                            "held-out rows")
+    p.add_argument("--cv", type=int, default=5, help="folds of the probe")
+    p.add_argument("--n-random", type=positive_int, default=3, metavar="N",
+                   help="random subsets of the kept set's size")
+    p.add_argument("--seed", type=int, default=0, help="random seed of the subsets and folds")
+    add_flag(p, "--n-jobs", "--threads", type=positive_int, default=None, metavar="N",
+             help="threads (default: all cores); results do not depend on it")
+    p.add_argument("--quiet", action="store_true", help="print nothing on success")
+    return p
+
+
+def evaluation_of(X, y, keep, report, *, features=None, groups=None, seed=0, n_jobs=None, cv=5, n_random=3):
+    """The dict report.json keeps under ``evaluation``: :meth:`EvaluationResult.to_dict` of
+    :func:`aflite_fast.evaluate_filter` (with the run's chance check from ``report``), plus the
+    path of ``features``."""
+    from ..evaluation import evaluate_filter
+
+    result = evaluate_filter(X, y, keep, result=report, features=features, cv=cv, n_random=n_random,
+                             groups=groups, random_state=seed, n_jobs=n_jobs)
+    out = result.to_dict()
+    out["features_path"] = None if features is None else os.path.abspath(features)
+    return out
+
+
+def run(args):
+    import numpy as np
+
+    from ..data import open_embeddings
+    from ..io.atomic import OutputSet
+    from ..io.labelfile import read_labels_file
+    from ..io.watch import InputWatch
+    from ..report import REPORT_JSON, REPORT_PNG, draw_report, read_report, require_matplotlib
+    from ._filter import _read_groups
+
+    prog = "aflite-fast evaluate"
+    out_dir = os.fspath(args.dir)
+    if not os.path.isdir(out_dir):
+        raise ValueError(f"DIR {out_dir!r} is not a directory")
+    watch = InputWatch([("EMB", args.embeddings), ("LABELS", args.labels), ("--groups", args.groups),
+                        ("--features", args.features)])
+    X = open_embeddings(args.embeddings)
+    y = read_labels_file(args.labels, column=args.labels_column, header=args.labels_header)
+    groups = None if args.groups is None else _read_groups(args)
+    with OutputSet(out_dir, [REPORT_JSON], label="DIR", extend=True, before_commit=watch.check) as out:
+        # under DIR's lock; DIR/NAME still resolves to the committed set until the switch
+        report = read_report(out_dir)
+        if "keep.npy" not in out.names:
+            raise ValueError(f"DIR {out_dir!r} holds no keep.npy of 'aflite-fast filter'")
+        keep = np.load(out.file("keep.npy"), allow_pickle=False)
+        if report["n_rows"] != X.shape[0]:
+            raise ValueError(f"EMB has {X.shape[0]} rows but the run in DIR filtered {report['n_rows']}: "
+                             "give the embeddings the run used")
+        report["evaluation"] = evaluation_of(X, y, keep, report, features=args.features, groups=groups,
+                                             seed=args.seed, n_jobs=cap_threads(args.n_jobs, prog, args.quiet),
+                                             cv=args.cv, n_random=args.n_random)
+        out.save_json(REPORT_JSON, report)
+        if REPORT_PNG in out.names:  # carried from the set: redraw it with the new panel
+            require_matplotlib()
+            os.unlink(out.file(REPORT_PNG))  # a hard link into the committed set: never write through it
+            out.write(REPORT_PNG, lambda path: draw_report(report, path))
+    if not args.quiet:
+        print(f"{prog}: {report['evaluation']['summary']}", file=sys.stderr)
+        print(f"{prog}: wrote {os.path.join(out_dir, REPORT_JSON)} (evaluation)"
+              f"{', report.png' if REPORT_PNG in out.names else ''}", file=sys.stderr)
+    return 0
