@@ -176,3 +176,17 @@ def test_eval_rows_on_dask_equal_local(data):
     local = aflite(X, y, eval_rows=is_eval, eval_only_score=True, **RUN)
     assert np.array_equal(remote.keep, local.keep)
     assert np.array_equal(remote.scores, local.scores, equal_nan=True)
+
+
+def test_eval_only_score_with_the_random_tie_rule_and_the_chance_check(data):
+    """The evaluation rows are scored but never removed, also when the tie rule is random and
+    the chance check scores phase 0 again; the chance check counts only removable rows."""
+    X, y, _, is_eval = data
+    run = dict(RUN, eval_rows=is_eval, eval_only_score=True, tie_break="random", random_state=3)
+    res = aflite(X, y, **run)
+    assert res.removed.size > 0 and not is_eval[res.removed].any()
+    assert is_eval[res.keep].sum() == is_eval.sum()
+    assert res.chance is not None and res.chance.n_above_tau == res.history[0].n_above_tau
+    assert res.history[0].n_above_tau <= int(np.count_nonzero(~is_eval))
+    again = aflite(X, y, **run)
+    np.testing.assert_array_equal(res.removed, again.removed)
