@@ -286,3 +286,19 @@ def test_cli_report_counts_the_bytes(client, seed, tmp_path):
     assert all(h["bytes_moved"] == 0 for h in reports["local"]["history"])
     assert all(h["bytes_moved"] > 0 for h in reports["dask"]["history"])
     np.testing.assert_array_equal(np.load(tmp_path / "dask" / "keep.npy"), np.load(tmp_path / "local" / "keep.npy"))
+
+
+def test_a_row_source_of_another_format_is_refused(tmp_path):
+    """The backend maps a .npy opened for positioned reads; a directory of shards opened by
+    open_embeddings is refused with a message naming what to pass instead."""
+    from aflite_fast import open_embeddings
+    from aflite_fast.distributed import as_dask_array
+
+    X = np.arange(60, dtype=np.float32).reshape(20, 3)
+    np.save(tmp_path / "one.npy", X)
+    (tmp_path / "shards").mkdir()
+    np.save(tmp_path / "shards" / "part_0.npy", X[:10])
+    np.save(tmp_path / "shards" / "part_1.npy", X[10:])
+    np.testing.assert_array_equal(as_dask_array(open_embeddings(tmp_path / "one.npy")).compute(), X)
+    with pytest.raises(ValueError, match="list of .npy shard paths"):
+        as_dask_array(open_embeddings(tmp_path / "shards"))
