@@ -340,10 +340,10 @@ def _is_multiple_choice_input(X):
     return getattr(X, "ndim", None) == 3
 
 
-def open_problem(X, y, position_bias=False):
+def open_problem(X, y, position_bias=False, column=None):
     """X opened (2-D, or 3-D multiple choice), its labels (classes 0..K-1 for multiple
     choice), the (N, d) view of its rows that scans read, and whether it is multiple choice."""
-    X = open_embeddings(X, items=True)
+    X = open_embeddings(X, column, items=True)
     if X.ndim == 3:
         n_rows, K, n_features = check_shape(X)
         labels = Labels(classes=np.arange(K), codes=encode_choices(y, n_rows, K))
@@ -365,7 +365,8 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
            loss="ce", loss_params=None, max_memory=None, random_state=None, n_jobs=None,
            progress=True, tol=1e-4, max_iter=1000, backend="local", client=None, groups=None,
            remove="row", checkpoint=None, null=None, n_null=1, stop="paper", eval_rows=None,
-           eval_only_score=False, position_bias=False, chance_check=True, tie_break="label_prob"):
+           eval_only_score=False, position_bias=False, chance_check=True, tie_break="label_prob",
+           column=None):
     """Filter the most predictable rows of (X, y) with AFLite.
 
     Parameters
@@ -463,6 +464,10 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
     position_bias : bool, default=False
         Multiple choice only: each scorer also learns a bias per candidate position (not
         penalised), so that an answer-position artifact is learnable.
+    column : str, optional
+        When X is the path of a table (a Hugging Face dataset or ``.arrow`` file, a Parquet file
+        or directory): its embedding column (see docs/formats.md and
+        :func:`aflite_fast.data.open_embeddings`).
     chance_check : bool, default=True
         Score phase 0's partitions again under 3 label permutations (the null's, reused when
         ``null="permutation"`` already scores as many) and record in ``result.chance`` whether
@@ -510,6 +515,9 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
     # the status of X's files, before anything reads them: checked at every phase boundary
     watch = InputWatch([("X", X)])
     if backend == "dask":
+        if column is not None:
+            raise ValueError("column= reads a table file, which backend='dask' does not take; convert the "
+                             "collection to .npy shards (docs/formats.md)")
         if _is_multiple_choice_input(X):
             raise ValueError("backend='dask' does not support multiple-choice X (items x candidates x features); "
                              "use backend='local', which reads memory-mapped .npy files out of core")
@@ -520,7 +528,7 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
         if position_bias:
             raise ValueError("position_bias applies to multiple-choice X (items x candidates x features) only")
     elif backend == "local":
-        X, labels, X_rows, multiple_choice = open_problem(X, y, position_bias)
+        X, labels, X_rows, multiple_choice = open_problem(X, y, position_bias, column)
         scan, score_phase = scan_rows, engine.score_phase
     else:
         raise ValueError(f"backend must be 'local' or 'dask', got {backend!r}")

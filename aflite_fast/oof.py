@@ -255,13 +255,13 @@ def _normalize(proba_sum, seen):
 
 def oof_run(X, y, *, cv=5, C=1.0, loss="ce", loss_params=None, n_partitions=None, train_size=None,
             max_memory=None, random_state=None, n_jobs=None, tol=1e-4, max_iter=1000, groups=None,
-            progress=False):
+            progress=False, column=None):
     """Run the kernel once and return every held-out statistic (see :class:`OOFRun`).
 
     Parameters are those of :func:`oof_predict_proba`; ``progress=True`` shows a tqdm bar
     (rows validated, then rows predicted; the command line's ``oof`` uses it).
     """
-    X = open_embeddings(X)
+    X = open_embeddings(X, column)
     n_rows = X.shape[0]
     C = _check_C(C)
     options = kernel.SolverOptions(tol=tol, max_iter=max_iter)
@@ -326,7 +326,7 @@ def oof_run(X, y, *, cv=5, C=1.0, loss="ce", loss_params=None, n_partitions=None
 
 def oof_predict_proba(X, y, *, cv=5, C=1.0, loss="ce", loss_params=None, n_partitions=None,
                       train_size=None, max_memory=None, random_state=None, n_jobs=None, tol=1e-4,
-                      max_iter=1000, groups=None):
+                      max_iter=1000, groups=None, column=None):
     """Out-of-sample predicted probabilities of every row, all folds trained in one kernel call.
 
     With ``loss="ce"`` and the same folds this equals
@@ -370,6 +370,9 @@ def oof_predict_proba(X, y, *, cv=5, C=1.0, loss="ce", loss_params=None, n_parti
         random_state=random_state)`` over the group codes (0..G-1 in order of first appearance),
         a splitter is called as ``cv.split(X, y, groups)``, and partitions draw whole groups
         as in :func:`aflite_fast.aflite`.
+    column : str, optional
+        When X is the path of a table (a Hugging Face dataset or ``.arrow`` file, a Parquet file
+        or directory): its embedding column (see docs/formats.md).
 
     Returns
     -------
@@ -391,4 +394,4 @@ def oof_predict_proba(X, y, *, cv=5, C=1.0, loss="ce", loss_params=None, n_parti
     """
     return oof_run(X, y, cv=cv, C=C, loss=loss, loss_params=loss_params, n_partitions=n_partitions,
                    train_size=train_size, max_memory=max_memory, random_state=random_state,
-                   n_jobs=n_jobs, tol=tol, max_iter=max_iter, groups=groups).proba
+                   n_jobs=n_jobs, tol=tol, max_iter=max_iter, groups=groups, column=column).proba

@@ -54,7 +54,7 @@ class PredictabilityResult:
 
 def predictability(X, y, *, n_partitions=64, train_size, C=1.0, loss="ce", loss_params=None,
                    max_memory=None, random_state=None, n_jobs=None, tol=1e-4, max_iter=1000, groups=None,
-                   null=None, n_null=1, eval_rows=None, position_bias=False):
+                   null=None, n_null=1, eval_rows=None, position_bias=False, column=None):
     """Predictability score of every row from one phase of ``n_partitions`` random partitions.
 
     Parameters are those of :func:`aflite`.  The partitions are those of phase 0 of
@@ -82,7 +82,7 @@ def predictability(X, y, *, n_partitions=64, train_size, C=1.0, loss="ce", loss_
     sklearn.exceptions.ConvergenceWarning
         When any partition's model stopped without converging.
     """
-    X, labels, X_rows, multiple_choice = open_problem(X, y, position_bias)
+    X, labels, X_rows, multiple_choice = open_problem(X, y, position_bias, column)
     n_rows = X.shape[0]
     is_eval = eval_mask(eval_rows, n_rows)
     n_trainable = n_rows if is_eval is None else n_rows - int(is_eval.sum())

@@ -533,3 +533,28 @@ def test_many_shards_share_a_few_descriptors(tmp_path, monkeypatch):
         np.testing.assert_array_equal(source.take(rows), X[rows])
         np.testing.assert_array_equal(np.asarray(source), X)
     assert len(_pread._open_files) <= 2
+
+
+def test_column_argument_of_the_api_functions(tmp_path):
+    """aflite, predictability and oof_predict_proba take column= for a table path and give
+    what they give on the same rows as an array; the Dask backend refuses it."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    from aflite_fast import aflite, oof_predict_proba, predictability
+
+    rng = np.random.default_rng(7)
+    X = rng.standard_normal((400, 6)).astype(np.float32)
+    y = (X[:, 0] + 0.3 * rng.standard_normal(400) > 0).astype(np.int64)
+    table = pa.table({"emb": pa.array(list(X), type=pa.list_(pa.float32(), 6)), "label": y})
+    pq.write_table(table, tmp_path / "t.parquet")
+    path = tmp_path / "t.parquet"
+    run = dict(target_size=300, n_partitions=4, train_size=0.5, slice_size=50, tau=0.5, progress=False,
+               random_state=0, chance_check=False)
+    np.testing.assert_array_equal(aflite(path, y, column="emb", **run).keep, aflite(X, y, **run).keep)
+    one = dict(n_partitions=4, train_size=0.5, random_state=0)
+    np.testing.assert_array_equal(predictability(path, y, column="emb", **one).scores,
+                                  predictability(X, y, **one).scores)
+    np.testing.assert_array_equal(oof_predict_proba(path, y, column="emb", random_state=0),
+                                  oof_predict_proba(X, y, random_state=0))
+    with pytest.raises(ValueError, match="column="):
+        aflite(path, y, column="emb", backend="dask", **run)
