@@ -330,7 +330,7 @@ _CHILD = textwrap.dedent("""
 
 
 @pytest.mark.parametrize("layout", ["npy", "shards", "arrow", "parquet"])
-def test_truncated_during_a_run_exits_2_not_bus_error(problem, tmp_path, layout):
+def test_truncated_during_a_run_exits_2_not_bus_error(problem, tmp_path, layout, child_process):
     X, y = problem
     np.save(tmp_path / "y.npy", y)
     extra = []
@@ -351,10 +351,10 @@ def test_truncated_during_a_run_exits_2_not_bus_error(problem, tmp_path, layout)
         extra = ["--column", "emb"]
     out = tmp_path / "out"
     argv = ["filter", str(emb), str(tmp_path / "y.npy"), "--out", str(out), *CLI, *extra]
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    # the child imports the same aflite_fast as the tests (installed, or the source tree built in place)
     child = subprocess.Popen([sys.executable, "-c", _CHILD, *argv], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=child_process["env"], cwd=tmp_path)
     assert child.stdout.readline().strip() == "ready"
     with open(victim, "r+b") as fh:  # another process shrinks the file under the run
         fh.truncate(os.path.getsize(victim) // 2)
