@@ -41,7 +41,7 @@ from .io.rowsource import RowSource
 from .io.watch import InputWatch, describe
 from .kernel import SolverOptions
 from .losses import resolve_loss
-from .multiple_choice import check_shape, encode_choices
+from .multiple_choice import check_shape, encode_choices, is_multiple_choice
 from .null import check_null_args, null_codes, summarize
 
 
@@ -337,7 +337,7 @@ def _is_multiple_choice_input(X):
             return open_array_file(X, "embeddings").ndim == 3
         except (ValueError, OSError):
             return False
-    return getattr(X, "ndim", None) == 3
+    return is_multiple_choice(X)
 
 
 def open_problem(X, y, position_bias=False, column=None):

@@ -30,10 +30,10 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from member_rate import member_layout, member_seconds  # noqa: E402
 from skewed_data import make_skewed_embeddings  # noqa: E402
 
-from aflite_fast import _kernel, engine, kernel  # noqa: E402
-from aflite_fast._rows import membership_matrix  # noqa: E402
+from aflite_fast import engine, kernel  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -133,25 +133,10 @@ def kernel_ratios(lib, Xa, train_pos, C, repeat):
     return out
 
 
-def package_member_seconds(Xa_rows, codes, train_pos, C, repeat):
+def package_member_seconds(Xa, codes, train_pos, C, repeat):
     """One pass of the package's member kernel (all models, one thread)."""
-    n, D = Xa_rows.shape
-    m = train_pos.shape[0]
-    member = membership_matrix(train_pos, n, np.empty((n, m), dtype=np.uint8))
-    positions = np.arange(n, dtype=np.int64)
-    rb = kernel.row_blocks_from_positions(positions)
-    sb = kernel.super_blocks(positions, rb, D)
-    mptr = np.empty((m, rb.size), dtype=np.int64)
-    mrows = np.empty(int(member.sum()), dtype=np.int32)
-    _kernel.member_index(member, rb, mptr, mrows)
-    Dp = _kernel.member_width(D)
-    W = np.zeros((m, C, Dp), dtype=np.float32)
-    W[:, :, :D] = 0.01 * np.random.default_rng(2).standard_normal((m, C, D), dtype=np.float32)
-    loss, grad = np.zeros(m), np.zeros((m, C, Dp))
-    scale = np.full(m, 1.0 / train_pos.shape[1])
-    args = (Xa_rows, codes, mptr, mrows, rb, sb, W, scale, 0, np.zeros(0), loss, grad)
-    _kernel.member_eval(*args, 1, 1)
-    return best_seconds(lambda: _kernel.member_eval(*args, 1, 1), repeat)
+    inputs = member_layout(Xa, codes, train_pos, C, np.random.default_rng(2))
+    return member_seconds(inputs, C, 1, repeat)
 
 
 def heldout_argmax(Xa, coef, train_pos):

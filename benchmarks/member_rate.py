@@ -23,17 +23,25 @@ def member_inputs(n, d, C, m, share, seed=0):
     y = rng.integers(0, C, n).astype(np.int32)
     t = int(round(share * n))
     train_pos = engine.partition_train_positions(seed, 0, n, t, m)
+    return member_layout(X, y, train_pos, C, rng)
+
+
+def member_layout(Xa, y, train_pos, C, rng):
+    """The arguments of one member pass of the models ``train_pos`` on the augmented rows
+    ``Xa`` (row blocks, super-blocks and member lists as the engine builds them), with small
+    random weights: (Xa, y, mptr, mrows, row_blocks, super_blocks, W, t)."""
+    n, D = Xa.shape
+    m, t = train_pos.shape
     member = membership_matrix(train_pos, n, np.empty((n, m), dtype=np.uint8))
     positions = np.arange(n, dtype=np.int64)
     rb = kernel.row_blocks_from_positions(positions)
-    sb = kernel.super_blocks(positions, rb, d + 1)
+    sb = kernel.super_blocks(positions, rb, D)
     mptr = np.empty((m, rb.size), dtype=np.int64)
     mrows = np.empty(int(member.sum()), dtype=np.int32)
     _kernel.member_index(member, rb, mptr, mrows)
-    Dp = _kernel.member_width(d + 1)
-    W = np.zeros((m, C, Dp), dtype=np.float32)
-    W[:, :, :d + 1] = 0.01 * rng.standard_normal((m, C, d + 1), dtype=np.float32)
-    return X, y, mptr, mrows, rb, sb, W, t
+    W = np.zeros((m, C, _kernel.member_width(D)), dtype=np.float32)
+    W[:, :, :D] = 0.01 * rng.standard_normal((m, C, D), dtype=np.float32)
+    return Xa, y, mptr, mrows, rb, sb, W, t
 
 
 def member_seconds(inputs, C, threads, repeat):
