@@ -315,10 +315,11 @@ class DaskEmbeddings:
     each worker keeps its rows as the kernel reads them (float32, centred, with the ones
     column: :meth:`held_rows`, made once the centre is known) and every phase computes on
     them where they are.  Multiple-choice X (N, K, d) is shared out in whole items (groups
-    of items), each held as its K candidate rows (:mod:`aflite_fast.multiple_choice`, b).  A ``.npy`` file or a file-backed memmap is read by the workers
-    straight from the file (the scan, then their rows, a piece at a time): a worker never
-    holds more than its share.  Other sources are loaded as row chunks (sent once from
-    here, or computed by the workers) that are let go once the rows are held.
+    of items), each held as its K candidate rows (:mod:`aflite_fast.multiple_choice`, b).
+    A ``.npy`` file or a file-backed memmap is read by the workers straight from the file
+    (the scan, then their rows, a piece at a time): a worker never holds more than its share.
+    Other sources are loaded as row chunks (sent once from here, or computed by the workers)
+    that are let go once the rows are held.
 
     Attributes
     ----------
@@ -713,8 +714,8 @@ def score_phase_dask(X, codes, active, center, train_pos, *, n_classes, C=1.0, l
 
     Parameters
     ----------
-    X : DaskEmbeddings, or anything :func:`as_dask_array` takes, or multiple-choice X (see
-        :func:`candidate_rows_of`) (then put on the cluster for this call only; pass a
+    X : DaskEmbeddings, or anything :func:`as_dask_array` or (multiple-choice X)
+        :func:`candidate_rows_of` takes: then put on the cluster for this call only (pass a
         DaskEmbeddings to keep the chunks between phases)
     codes, active, center, train_pos, n_classes, C, loss, loss_params, options, warm_coef,
     position_bias :

@@ -7,8 +7,9 @@ a. ``score_phase_dask`` gives ``engine.score_phase``'s scorers (coefficients, it
    the workers hold whole items in whole reduction groups of items, and the centre is the
    local scan's.
 b. ``aflite(..., backend="dask")`` keeps, removes and scores exactly the local items (an
-   ndarray and a memmap; with and without position biases); with groups and the permutation
-   null too, and a checkpoint it writes is accepted by a local run.
+   ndarray, a memmap and a dask array chunked along every axis; with and without position
+   biases); with groups and the permutation null too, and a checkpoint it writes is accepted
+   by a local run.
 c. ``aflite-fast filter --scheduler`` on a 3-D ``.npy`` keeps the local run's items.
 d. A list of 3-D shards is refused naming what the backend takes.
 """
@@ -113,6 +114,9 @@ def test_aflite_dask_matches_local(client, seed, tmp_path, position_bias):
     assert_same(aflite(X, y, backend="dask", client=client, **kw), local)
     np.save(tmp_path / "X.npy", X)
     assert_same(aflite(np.load(tmp_path / "X.npy", mmap_mode="r"), y, backend="dask", client=client, **kw), local)
+    if not position_bias:
+        da = pytest.importorskip("dask.array")
+        assert_same(aflite(da.from_array(X, chunks=(333, 3, 5)), y, backend="dask", client=client, **kw), local)
 
 
 def test_groups_null_and_checkpoint(client, seed, tmp_path):
