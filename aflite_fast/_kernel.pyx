@@ -1018,18 +1018,21 @@ cdef class LBFGSBlock:
                  const float[:, ::1] precond,           # IN  (D, D) H0, or (0, 0)
                  double gtol, double ftol, int max_iter, int history, int max_ls, int n_threads,
                  const float[::1] pre_diag=None, const float[:, ::1] pre_factor=None,
-                 const float[:, ::1] pre_core=None, const int64_t[::1] pre_blocks=None):
+                 const float[:, ::1] pre_core=None, const int64_t[::1] pre_blocks=None,
+                 int n_free=1):
         cdef int64_t B = coef.shape[0]
         cdef int64_t D = col_blocks[col_blocks.shape[0] - 1]
         if coef.shape[1] != D * n_classes or l2.shape[0] != B or inv_n.shape[0] != B or B == 0:
             raise ValueError("LBFGSBlock: inconsistent shapes")
+        if n_free < 0 or n_free > D:
+            raise ValueError("LBFGSBlock: bad n_free")
         _precond_fill(&self.pc, D, precond, pre_diag, pre_factor, pre_core, pre_blocks)
         self.keep = (coef, l2, inv_n, col_blocks, precond, pre_diag, pre_factor, pre_core, pre_blocks)
         self.coef = coef
         self.n_eval = np.zeros(B, dtype=np.int32)
         rc = _lbfgs_init(&self.st, D, B, n_classes, &self.pc, &col_blocks[0], col_blocks.shape[0] - 1,
                          &coef[0, 0], &l2[0], &inv_n[0], gtol, ftol, max_iter,
-                         history if history > 0 else 1, max_ls, &self.n_eval[0], n_threads, 1)
+                         history if history > 0 else 1, max_ls, &self.n_eval[0], n_threads, n_free)
         if rc != 0:
             _lbfgs_free(&self.st)
             raise MemoryError("LBFGSBlock: could not allocate the solver's state")
@@ -1105,10 +1108,12 @@ def member_eval_tree(const float[:, :] X,             # IN  (n, D) rows with a t
                      const double[::1] scale,         # IN  (nA,) gradient scale of each
                      int loss_code,
                      const double[::1] loss_params,   # IN  parameters of the loss
-                     int n_threads):
+                     int n_threads, int group=1):
     """Partial sums of the member pass over the rows given, through the reduction tree
     (``afl_member_eval_tree``): (level, index, sums) of the maximal subtrees of leaves
-    [leaf_lo, leaf_hi) that hold rows, left to right; sums (nA, C * member_width(D) + 1)."""
+    [leaf_lo, leaf_hi) that hold rows, left to right; sums (nA, C * member_width(D) + 1).
+    With ``group`` = K > 1 (C = 1) the rows are items of K candidate rows and ``y`` has one
+    entry per item (afl_member.h, E)."""
     cdef afl_member_set ms
     cdef int64_t nA = active.shape[0], nrb = row_blocks.shape[0] - 1, B = mptr.shape[0]
     cdef int64_t ng = group_blocks.shape[0] - 1
@@ -1116,7 +1121,9 @@ def member_eval_tree(const float[:, :] X,             # IN  (n, D) rows with a t
     cdef int64_t stride = W.shape[1] * Dp + 1
     cdef int64_t max_nodes = 2, span = leaf_hi - leaf_lo, n_nodes = 0, a
     cdef int rc
-    if (W.shape[0] != nA or W.shape[2] != Dp or scale.shape[0] != nA or y.shape[0] != X.shape[0]
+    if group < 1 or (group > 1 and W.shape[1] != 1) or X.shape[0] % group != 0:
+        raise ValueError("member_eval_tree: bad group")
+    if (W.shape[0] != nA or W.shape[2] != Dp or scale.shape[0] != nA or y.shape[0] * group != X.shape[0]
             or mptr.shape[1] != nrb + 1 or row_blocks[nrb] != X.shape[0]
             or super_blocks[super_blocks.shape[0] - 1] != nrb or group_blocks[ng] != super_blocks.shape[0] - 1
             or group_leaves.shape[0] != ng or span < 1):
@@ -1136,6 +1143,7 @@ def member_eval_tree(const float[:, :] X,             # IN  (n, D) rows with a t
     if nA == 0 or X.shape[0] == 0 or ng == 0:
         return []
     _member_set_fill(&ms, X, y, mptr, mrows, row_blocks, super_blocks, W.shape[1], loss_code, loss_params)
+    ms.G = group
     with nogil:
         rc = afl_member_eval_tree(&ms, nA, &active[0], &W[0, 0, 0], &scale[0], ng, &group_blocks[0],
                                   &group_leaves[0], leaf_lo, leaf_hi, max_nodes, &nv[0, 0, 0], &lv[0],

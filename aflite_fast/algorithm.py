@@ -41,7 +41,7 @@ from .io.rowsource import RowSource
 from .io.watch import InputWatch, describe
 from .kernel import SolverOptions
 from .losses import resolve_loss
-from .multiple_choice import check_shape, encode_choices, is_multiple_choice
+from .multiple_choice import check_shape, encode_choices
 from .null import check_null_args, null_codes, summarize
 
 
@@ -328,29 +328,23 @@ def _run_parameters(settings, spec, entropy, tol, max_iter, remove, null, n_null
     return params
 
 
-def _is_multiple_choice_input(X):
-    """True when X (an array or a path) holds a 3-D array; False when it cannot be told."""
-    if isinstance(X, (str, os.PathLike)):
-        from .io.arrayfile import open_array_file
-
-        try:
-            return open_array_file(X, "embeddings").ndim == 3
-        except (ValueError, OSError):
-            return False
-    return is_multiple_choice(X)
-
-
 def open_problem(X, y, position_bias=False, column=None):
     """X opened (2-D, or 3-D multiple choice), its labels (classes 0..K-1 for multiple
     choice), the (N, d) view of its rows that scans read, and whether it is multiple choice."""
     X = open_embeddings(X, column, items=True)
+    labels, multiple_choice = problem_labels(X, y, position_bias)
+    return X, labels, X.reshape(X.shape[0] * X.shape[1], X.shape[2]) if multiple_choice else X, multiple_choice
+
+
+def problem_labels(X, y, position_bias=False):
+    """The labels of X (classes 0..K-1 for multiple choice: the right candidate of each item)
+    and whether X (any object with ``ndim`` and ``shape``) is multiple choice."""
     if X.ndim == 3:
-        n_rows, K, n_features = check_shape(X)
-        labels = Labels(classes=np.arange(K), codes=encode_choices(y, n_rows, K))
-        return X, labels, X.reshape(n_rows * K, n_features), True
+        n_rows, K, _ = check_shape(X)
+        return Labels(classes=np.arange(K), codes=encode_choices(y, n_rows, K)), True
     if position_bias:
         raise ValueError("position_bias applies to multiple-choice X (items x candidates x features) only")
-    return X, encode_labels(y, X.shape[0]), X, False
+    return encode_labels(y, X.shape[0]), False
 
 
 def check_multiple_choice_loss(spec, multiple_choice):
@@ -518,15 +512,11 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
         if column is not None:
             raise ValueError("column= reads a table file, which backend='dask' does not take; convert the "
                              "collection to .npy shards (docs/formats.md)")
-        if _is_multiple_choice_input(X):
-            raise ValueError("backend='dask' does not support multiple-choice X (items x candidates x features); "
-                             "use backend='local', which reads memory-mapped .npy files out of core")
         from . import distributed
-        X = distributed.DaskEmbeddings.open(X, client)
+        X = distributed.DaskEmbeddings.open(X, client)  # multiple choice: X.ndim == 3, items on the workers
         scan, score_phase = distributed.scan_rows_dask, distributed.score_phase_dask
-        labels, X_rows, multiple_choice = encode_labels(y, X.shape[0]), X, False
-        if position_bias:
-            raise ValueError("position_bias applies to multiple-choice X (items x candidates x features) only")
+        labels, multiple_choice = problem_labels(X, y, position_bias)
+        X_rows = X  # the scan reads the candidate rows of multiple-choice X (X.row_shape)
     elif backend == "local":
         X, labels, X_rows, multiple_choice = open_problem(X, y, position_bias, column)
         scan, score_phase = scan_rows, engine.score_phase
@@ -565,7 +555,9 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
         engine.check_phase_memory(n_rows, n_rows, settings.n_partitions, settings.train_rows(n_rows),
                                   D - 1, n_out, budget)
     # a checkpoint needs the fingerprint of every row, which the scan computes as it reads them
-    with ContentHash(X_rows.shape, X.dtype, n_threads) if store is not None else nullcontext() as content:
+    # the rows scanned: (N, d), or the (N x K, d) candidate rows of multiple choice
+    row_shape = (int(np.prod(X.shape[:-1])), n_features)
+    with ContentHash(row_shape, X.dtype, n_threads) if store is not None else nullcontext() as content:
         center = scan(X_rows, fingerprint=content).astype(np.float32)
     if backend == "local":
         check_scale(X_rows, center, tol)  # no variance, or too small a scale: refused (aflite_fast.degenerate)

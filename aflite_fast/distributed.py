@@ -17,6 +17,12 @@ c. Training: the client runs the kernel's L-BFGS (``kernel.train_models_with``).
 d. Prediction: the phase's weights go to every worker, which predicts its active rows and
    sends back per-row counts (seen, correct, summed probability of the label).
 e. Every phase reports the bytes it sent between processes (``DaskPhaseScores.bytes_moved``).
+f. Multiple-choice X (N, K, d): the unit the workers hold is an item (a row of the
+   algorithm), kept as its K candidate rows (``multiple_choice.gather_items``); the
+   reduction groups are whole items (``reduction_group_rows`` of the N items), as in the
+   local engine, so the scorers and counts are again bitwise the local ones.  X is read as
+   its N x K candidate rows (the centre and the fingerprint are those of the local scan);
+   it may be an ndarray, a memmap, one ``.npy``/``.npz`` file, a zarr array or a dask array.
 
 Results do not depend on the number of workers or on which worker holds which group.
 """
@@ -29,6 +35,7 @@ import numpy as np
 
 from . import engine, kernel
 from ._memory import parse_memory
+from .multiple_choice import candidate_rows, is_multiple_choice, tail_columns
 from .io.arrayfile import open_array_file
 from ._rows import membership_matrix
 from .data import GATHER_CHUNK_BYTES, check_dtype, gather_rows, scan_block, scan_chunk_rows
@@ -116,7 +123,8 @@ def _npy_as_dask(path, chunk_rows, row_bounds=None):
     da, _ = _import_dask()
     mm = open_array_file(path, "embeddings")
     if mm.ndim != 2:
-        raise ValueError(f"X must be 2-D (rows x features), got {mm.ndim}-D with shape {mm.shape} in {path!r}")
+        raise ValueError(f"X must be 2-D (rows x features), got {mm.ndim}-D with shape {mm.shape} in {path!r}"
+                         + (f"; {MC_SOURCES}" if mm.ndim == 3 else ""))
     if isinstance(mm, np.memmap) and _memmap_source(mm) is not None:
         return _memmap_as_dask(mm, chunk_rows, row_bounds)
     X = da.from_array(mm, chunks=(chunk_rows or default_chunk_rows(mm.shape[1], mm.dtype.itemsize), -1))
@@ -161,13 +169,8 @@ def as_dask_array(X, *, chunk_rows=None, row_bounds=None):
         X = da.concatenate(arrays, axis=0)
     elif isinstance(X, (str, os.PathLike)):
         path = os.fspath(X)
-        if path.rstrip("/").endswith(".zarr") or os.path.isdir(path):
-            try:
-                X = da.from_zarr(path)
-            except ImportError as exc:
-                raise ImportError("reading zarr needs the zarr package: pip install zarr") from exc
-            except Exception as exc:  # zarr raises its own error types
-                raise ValueError(f"cannot read a zarr array from {path!r}: {exc}") from exc
+        if _is_zarr_path(path):
+            X = _open_zarr(path)
         else:
             X = _npy_as_dask(path, chunk_rows, row_bounds)
     elif isinstance(X, np.memmap) and X.ndim == 2 and _memmap_source(X) is not None:
@@ -193,6 +196,64 @@ def as_dask_array(X, *, chunk_rows=None, row_bounds=None):
     return X
 
 
+#: The multiple-choice inputs the dask backend takes (said when another one is given).
+MC_SOURCES = ("the dask backend takes multiple-choice X (items x candidates x features) as an ndarray, a memory "
+              "map, one .npy/.npz file, a zarr array or a dask array")
+
+
+def _is_zarr_path(path):
+    return path.rstrip("/").endswith(".zarr") or os.path.isdir(path)
+
+
+def _open_zarr(path):
+    da, _ = _import_dask()
+    try:
+        return da.from_zarr(path)
+    except ImportError as exc:
+        raise ImportError("reading zarr needs the zarr package: pip install zarr") from exc
+    except Exception as exc:  # zarr raises its own error types
+        raise ValueError(f"cannot read a zarr array from {path!r}: {exc}") from exc
+
+
+def candidate_rows_of(X):
+    """(rows, K): multiple-choice X (N, K, d) as its N x K candidate rows (d columns, item
+    after item; a view, or a reshaped dask array) and K; any other X as given and 1.
+
+    Takes an ndarray, a memmap, a ``.npy``/``.npz`` path (``FILE.npz:KEY``), a ``.npy``
+    opened for positioned reads, a zarr path or a dask array; a 3-D shard list is refused."""
+    da, _ = _import_dask()
+    if isinstance(X, FileRows) and len(X.shape) == 3:
+        X = np.memmap(X.file.path, dtype=X.dtype, mode="r", offset=X.offset, shape=X.shape)
+    elif isinstance(X, (str, os.PathLike)):
+        path = os.fspath(X)
+        if _is_zarr_path(path):
+            arr = _open_zarr(path)
+            if arr.ndim != 3:
+                return X, 1
+            X = arr
+        else:
+            arr = open_array_file(path, "embeddings")
+            if arr.ndim != 3:
+                return X, 1
+            X = arr
+    if not is_multiple_choice(X) or isinstance(X, RowSource):
+        return X, 1
+    n, K, d = (int(v) for v in X.shape)
+    if n == 0 or K == 0 or d == 0:
+        raise ValueError(f"X is empty: shape {tuple(X.shape)}; multiple-choice X is (items, candidates, features)")
+    if K < 2:
+        raise ValueError(f"multiple-choice X must have at least 2 candidates per item, got shape {tuple(X.shape)}")
+    if isinstance(X, da.Array):
+        return X.rechunk({1: -1, 2: -1}).reshape(n * K, d), K
+    if isinstance(X, np.ndarray):
+        if not X.flags.c_contiguous:
+            if isinstance(X, np.memmap):
+                raise ValueError("a multiple-choice memory map must be C-ordered (items, candidates, features)")
+            X = np.ascontiguousarray(X)
+        return X.reshape(n * K, d), K
+    raise ValueError(f"{MC_SOURCES}; got {type(X).__name__}")
+
+
 def _file_source(X):
     """(path, offset, dtype, shape) of X when it is one file the workers can read (a ``.npy``
     path or a file-backed memmap), else None."""
@@ -205,7 +266,8 @@ def _file_source(X):
 
 
 def _read_file_rows(file, start, stop):
-    """Rows [start, stop) of X read from its file (no memory map kept)."""
+    """Rows [start, stop) of X read from its file (no memory map kept; candidate rows of a
+    multiple-choice X)."""
     path, offset, dtype, shape = file
     d = shape[1]
     rows = np.fromfile(path, dtype=dtype, count=(stop - start) * d, offset=offset + start * d * dtype.itemsize)
@@ -252,36 +314,48 @@ class DaskEmbeddings:
     Rows are shared out among the workers in whole reduction groups (:func:`leaf_ranges`);
     each worker keeps its rows as the kernel reads them (float32, centred, with the ones
     column: :meth:`held_rows`, made once the centre is known) and every phase computes on
-    them where they are.  A ``.npy`` file or a file-backed memmap is read by the workers
-    straight from the file (the scan, then their rows, a piece at a time): a worker never
-    holds more than its share.  Other sources are loaded as row chunks (sent once from
-    here, or computed by the workers) that are let go once the rows are held.
+    them where they are.  Multiple-choice X (N, K, d) is shared out in whole items (groups
+    of items), each held as its K candidate rows (:mod:`aflite_fast.multiple_choice`, b).
+    A ``.npy`` file or a file-backed memmap is read by the workers straight from the file
+    (the scan, then their rows, a piece at a time): a worker never holds more than its share.
+    Other sources are loaded as row chunks (sent once from here, or computed by the workers)
+    that are let go once the rows are held.
 
     Attributes
     ----------
     client : distributed.Client
     futures : list of Future, one per row chunk (ndarray of shape (rows, d)), each on its
         worker; loaded when asked for
-    offsets : ndarray of int64, first row of every chunk, then N
-    shape, dtype : of X
-    ranges : list of (worker address, leaf_lo, leaf_hi, row_lo, row_hi, chunk indices)
+    offsets : ndarray of int64, first row of every chunk, then N (multiple choice: rows
+        are candidate rows, and every chunk is whole items)
+    shape, dtype : of X ((N, d), or (N, K, d) for multiple choice)
+    group : int, K for multiple-choice X, else 1
+    row_shape : (rows, d) of the rows read: (N, d), or (N x K, d)
+    ranges : list of (worker address, leaf_lo, leaf_hi, row_lo, row_hi, chunk indices);
+        row_lo and row_hi count rows of the algorithm (items of multiple-choice X)
     """
 
     def __init__(self, X, client=None, *, chunk_rows=None):
         _, distributed = _import_dask()
         self.client = client if client is not None else distributed.default_client()
+        X, K = candidate_rows_of(X)
         probe = as_dask_array(X, chunk_rows=chunk_rows)
-        self.shape = tuple(int(s) for s in probe.shape)
+        self.row_shape = tuple(int(s) for s in probe.shape)
         self.dtype = np.dtype(probe.dtype)
-        n, d = self.shape
-        step = chunk_rows or default_chunk_rows(d, self.dtype.itemsize)
+        self.group = K
+        n_rows, d = self.row_shape
+        n = n_rows // K
+        self.shape = (n, d) if K == 1 else (n, K, d)
+        # chunks of whole items: every boundary is a multiple of K
+        step = max(1, (chunk_rows or default_chunk_rows(d, self.dtype.itemsize)) // K) * K
         addresses, self.worker_threads = _worker_addresses(self.client)
         shares = leaf_ranges(n, len(addresses))
-        bounds = sorted(set(range(0, n, step)) | {r for *_, r0, r1 in shares for r in (r0, r1)} | {n})
+        bounds = sorted(set(range(0, n_rows, step)) | {r * K for *_, r0, r1 in shares for r in (r0, r1)} | {n_rows})
         self.offsets = np.asarray(bounds, dtype=np.int64)
         self.ranges = []
         for addr, (lo, hi, r0, r1) in zip(addresses, shares):
-            self.ranges.append((addr, lo, hi, r0, r1, [i for i in range(len(bounds) - 1) if r0 <= bounds[i] < r1]))
+            self.ranges.append((addr, lo, hi, r0, r1,
+                                [i for i in range(len(bounds) - 1) if r0 * K <= bounds[i] < r1 * K]))
         self.file = _file_source(X)  # (path, offset, dtype, shape) when the workers read a file
         in_memory = isinstance(X, np.ndarray) and not isinstance(X, np.memmap)
         self._source = X if in_memory else as_dask_array(X, chunk_rows=chunk_rows, row_bounds=bounds)
@@ -322,36 +396,38 @@ class DaskEmbeddings:
 
     @property
     def ndim(self):
-        return 2
+        return len(self.shape)
 
     @property
     def nbytes(self):
-        return self.shape[0] * self.shape[1] * self.dtype.itemsize
+        return self.row_shape[0] * self.row_shape[1] * self.dtype.itemsize
 
     @property
     def n_chunks(self):
         return len(self.offsets) - 1
 
-    def held_rows(self, center):
+    def held_rows(self, center, position_bias=False):
         """Futures of each worker's rows as the kernel reads them (float32, centred, with the
-        ones column: ``_HeldRows``), one per entry of ``ranges``; made on the workers from
-        their chunks the first time a centre is asked for, and kept."""
+        ones column, or the position columns of multiple choice: ``_HeldRows``), one per
+        entry of ``ranges``; made on the workers from their chunks the first time a centre
+        (and ``position_bias``) is asked for, and kept."""
         center = np.asarray(center, dtype=np.float32)
-        if self._held is not None and np.array_equal(self._held[0], center):
+        position_bias = bool(position_bias) and self.group > 1
+        if self._held is not None and np.array_equal(self._held[0], center) and self._held[2] == position_bias:
             return self._held[1]
         self._held = None
         held = []
         for addr, lo, hi, r0, r1, idx in self.ranges:
-            source = (self.file, r1) if self.file is not None else tuple(self.futures[i] for i in idx)
-            held.append(self.client.submit(_HeldRows, center, r0, lo, hi, source,
+            source = (self.file, r1 * self.group) if self.file is not None else tuple(self.futures[i] for i in idx)
+            held.append(self.client.submit(_HeldRows, center, r0, lo, hi, source, self.group, position_bias,
                                            workers=[addr], allow_other_workers=False, pure=False))
         _, distributed = _import_dask()
         distributed.wait(held)
         for f in held:
             if f.status != "finished":
                 f.result()
-        self._held = (center.copy(), held)
-        self._futures = None  # the chunks are let go: the held rows replace them
+        self._held = (center.copy(), held, position_bias)
+        self._futures = None  # the chunks are let go (loaded again if other held rows are asked for)
         return held
 
     def pieces(self, rows):
@@ -419,13 +495,13 @@ def scan_rows_dask(X, progress=None, fingerprint=None):
         Naming the first row that holds NaN or inf, or a float64 value beyond float32's range.
     """
     X = DaskEmbeddings.open(X)
-    n, d = X.shape
+    n, d = X.row_shape  # multiple choice: the candidate rows, as the local scan reads them
     step = scan_chunk_rows(d, X.dtype.itemsize)
     futs = []
     for start in range(0, n, step):
         stop = min(n, start + step)
         if X.file is not None:  # read where the rows will be held, from the file
-            owner = next(r[0] for r in X.ranges if r[3] <= start < r[4])
+            owner = next(r[0] for r in X.ranges if r[3] * X.group <= start < r[4] * X.group)
             futs.append(X.client.submit(_scan_file_block, X.file, start, stop, n, fingerprint is not None,
                                         workers=[owner], pure=False))
             continue
@@ -462,27 +538,35 @@ class _HeldRows:
     with the ones column, 64-byte aligned with the kernel's padded stride (``kernel.empty_rows``),
     the same values ``data.gather_rows`` writes locally.  Rows ``first`` ... of X, reduction
     leaves [leaf_lo, leaf_hi); ``source`` is (file, last row + 1), read a piece at a time, or
-    the tuple of the rows' chunks."""
+    the tuple of the rows' chunks.  Multiple choice (``group`` = K > 1): ``first`` is an item,
+    the rows read are candidate rows, and each is followed by its position columns, the
+    values ``multiple_choice.gather_items`` writes locally."""
 
-    def __init__(self, center, first, leaf_lo, leaf_hi, source):
+    def __init__(self, center, first, leaf_lo, leaf_hi, source, group=1, position_bias=False):
+        d = center.size
+        tail = tail_columns(group, position_bias) if group > 1 else None
+        D = d + (1 if tail is None else tail.shape[1])
+        start = int(first) * group
         if isinstance(source, tuple) and len(source) == 2 and not isinstance(source[0], np.ndarray):
             file, stop = source
-            d = file[3][1]
-            self.rows = kernel.empty_rows(stop - first, d + 1)
-            piece = max(1, GATHER_CHUNK_BYTES // (d * file[2].itemsize))
-            for a in range(first, stop, piece):
+            self.rows = kernel.empty_rows(stop - start, D)
+            piece = max(group, GATHER_CHUNK_BYTES // (d * file[2].itemsize) // group * group)
+            for a in range(start, stop, piece):
                 b = min(stop, a + piece)
                 raw = _read_file_rows(file, a, b)
-                gather_rows(raw, np.arange(b - a), center, self.rows[a - first:b - first])
+                gather_rows(raw, np.arange(b - a), center, self.rows[a - start:b - start, :d + 1])
         else:
             chunks = source
             n = sum(c.shape[0] for c in chunks)
-            self.rows = kernel.empty_rows(n, (chunks[0].shape[1] if chunks else center.size) + 1)
+            self.rows = kernel.empty_rows(n, D)
             at = 0
             for c in chunks:
-                gather_rows(c, np.arange(c.shape[0]), center, self.rows[at:at + c.shape[0]])
+                gather_rows(c, np.arange(c.shape[0]), center, self.rows[at:at + c.shape[0], :d + 1])
                 at += c.shape[0]
+        if tail is not None and self.rows.shape[0]:
+            self.rows[:, d:] = np.tile(tail, (self.rows.shape[0] // group, 1))
         self.first, self.leaf_lo, self.leaf_hi = int(first), int(leaf_lo), int(leaf_hi)
+        self.group = int(group)
 
     def __sizeof__(self):  # what dask counts as this worker's data
         return int(self.rows.base.nbytes if self.rows.base is not None else self.rows.nbytes)
@@ -491,10 +575,11 @@ class _HeldRows:
 class _PhaseRows:
     """One phase on a worker's held rows (a dask actor: the client calls it directly, without
     the scheduler): the active rows' labels and member lists and the reduction layout
-    (inactive rows stay where they are and train no model)."""
+    (inactive rows stay where they are and train no model).  Rows of the algorithm: items of
+    K candidate rows for multiple choice."""
 
     def __init__(self, held, active_bits, member_bits, n_models, codes, first_position, group_rows, n_threads):
-        n = held.rows.shape[0]
+        n = held.rows.shape[0] // held.group
         act = np.unpackbits(active_bits, count=n).view(bool)
         idx = np.flatnonzero(act)
         member = np.zeros((n, n_models), dtype=np.uint8)
@@ -507,7 +592,7 @@ class _PhaseRows:
         positions = first_position + np.cumsum(act) - act
         leaves = (held.first + np.arange(n, dtype=np.int64)) // group_rows
         self.held, self.active_rows, self.member = held, idx, member
-        self.sums = kernel.MemberRows(held.rows, y, member, positions, leaves)
+        self.sums = kernel.MemberRows(held.rows, y, member, positions, leaves, held.group)
         self.n_threads = _worker_threads(n_threads)
 
     def evaluate(self, models, W, scale, loss):
@@ -522,23 +607,25 @@ class _PhaseRows:
         return nodes, time.perf_counter() - t0
 
     def predict(self, W, n_classes, want_proba):
-        """Per active row: held-out predictions seen and correct, summed probability of the label."""
+        """Per active row: held-out predictions seen and correct, summed probability of the label
+        (``n_classes``: the models' outputs, 1 for multiple choice, whose K candidates are the classes)."""
         idx = self.active_rows
         n = idx.size
+        G = self.held.group
         seen = np.zeros(n, dtype=np.int32)
         correct = np.zeros(n, dtype=np.int32)
         prob_label = np.zeros(n, dtype=np.float64)
-        proba = np.zeros((n, n_classes), dtype=np.float64) if want_proba else None
+        proba = np.zeros((n, n_classes * G), dtype=np.float64) if want_proba else None
         if n:
             lo, hi = int(idx[0]), int(idx[-1]) + 1
             if hi - lo == n:  # the active rows are one run: a view, no copy
-                Xa = self.held.rows[lo:hi]
+                Xa = self.held.rows[lo * G:hi * G]
             else:
-                Xa = kernel.empty_rows(n, self.held.rows.shape[1])
-                np.take(self.held.rows, idx, axis=0, out=Xa)
+                Xa = kernel.empty_rows(n * G, self.held.rows.shape[1])
+                np.take(self.held.rows, idx if G == 1 else candidate_rows(idx, G), axis=0, out=Xa)
             heldout = np.subtract(1, self.member[idx], dtype=np.uint8)
             kernel.predict_accumulate(Xa, self.sums.y[idx], heldout, W, n_classes, seen, correct, prob_label,
-                                      proba, self.n_threads)
+                                      proba, self.n_threads, G)
         small = np.uint8 if W.shape[1] // n_classes < 256 else np.int32
         return seen.astype(small), correct.astype(small), prob_label, proba
 
@@ -558,12 +645,16 @@ def _unpad_sums(sums, n_classes, D, inverse=False):
     return out
 
 
-def _build_preconditioner(n_classes, l2, form, *parts):
+def _build_preconditioner(n_classes, l2, form, curvature, *parts):
     rows = parts[0] if len(parts) == 1 else np.concatenate(parts)
-    return kernel.preconditioner(rows, n_classes, l2, 1, form=form)
+    return kernel.preconditioner(rows, n_classes, l2, 1, form=form, curvature=curvature)
 
 
 def _sample_rows(held, local):
+    """The preconditioner's sample rows ``local`` of a worker (items: their candidate rows
+    centred within each item, as ``engine.score_phase`` reads them)."""
+    if held.group > 1:
+        return kernel.item_centered(held.rows, local, held.group)
     return np.ascontiguousarray(held.rows[local])
 
 
@@ -611,7 +702,7 @@ def phase_arguments(X, client, options, loss, loss_params, n_classes, max_memory
 
 def score_phase_dask(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="ce",
                      loss_params=None, options=None, max_memory=None, n_threads=None,
-                     warm_coef=None, proba_sum=None, on_block=None, client=None):
+                     warm_coef=None, proba_sum=None, on_block=None, client=None, position_bias=False):
     """``engine.score_phase`` on a dask cluster, data-parallel: the same PhaseScores, bitwise.
 
     X's rows stay on the workers that hold them (:class:`DaskEmbeddings`).  The solver runs
@@ -623,9 +714,11 @@ def score_phase_dask(X, codes, active, center, train_pos, *, n_classes, C=1.0, l
 
     Parameters
     ----------
-    X : DaskEmbeddings, or anything :func:`as_dask_array` takes (then put on the cluster for
-        this call only; pass a DaskEmbeddings to keep the chunks between phases)
-    codes, active, center, train_pos, n_classes, C, loss, loss_params, options, warm_coef :
+    X : DaskEmbeddings, or anything :func:`as_dask_array` or (multiple-choice X)
+        :func:`candidate_rows_of` takes: then put on the cluster for this call only (pass a
+        DaskEmbeddings to keep the chunks between phases)
+    codes, active, center, train_pos, n_classes, C, loss, loss_params, options, warm_coef,
+    position_bias :
         as in :func:`aflite_fast.engine.score_phase`
     max_memory : int or str, optional
         Budget that chooses the preconditioner's form (as in the local engine).
@@ -645,13 +738,14 @@ def score_phase_dask(X, codes, active, center, train_pos, *, n_classes, C=1.0, l
     client = X.client
     n_active = active.size
     m, t = train_pos.shape
-    d = X.shape[1]
-    D = d + 1
-    Ck = engine.kernel_C(C, n_classes)
+    # G candidate rows per item (1: classification), D columns of the kernel rows, outputs per row
+    G, D, n_out = engine.phase_shape(X, n_classes, position_bias)
+    n_free = 1 if G == 1 else D - X.shape[-1]
+    Ck = engine.kernel_C(C, n_classes) if G == 1 else C
     moved = dict.fromkeys(["phase_inputs", "precond_rows", "weights_out", "sums_back", "predict_weights",
                            "counts_back"], 0)
     t0 = time.perf_counter()
-    held = X.held_rows(center)
+    held = X.held_rows(center, position_bias)
     member = membership_matrix(train_pos, n_active, np.empty((n_active, m), dtype=np.uint8))
     group_rows = kernel.reduction_group_rows(X.shape[0])
     cuts = []
@@ -671,12 +765,14 @@ def score_phase_dask(X, codes, active, center, train_pos, *, n_classes, C=1.0, l
     precond = None
     seconds = {}
     if options.precondition:
-        form = engine.phase_preconditioner_form(n_active, d, budget)
+        curvature = None if G == 1 else 1.0
+        form = engine.phase_preconditioner_form(n_active * G, D - 1, budget)
 
         p0 = time.perf_counter()
         # built on the worker holding most of the sample's rows: the others send it theirs,
-        # and the preconditioner (D x D at most) comes here
-        sample = active[kernel.preconditioner_sample(n_active, D, form)]
+        # and the preconditioner (D x D at most) comes here; multiple choice samples items
+        # (engine.phase_preconditioner), sent as their item-centred candidate rows
+        sample = active[kernel.preconditioner_sample(n_active, -(-D // G), form)]
         futs, counts = [], []
         for (addr, lo, hi, r0, r1, _), h in zip(X.ranges, held):
             a, b = (int(v) for v in np.searchsorted(sample, [r0, r1]))
@@ -685,14 +781,15 @@ def score_phase_dask(X, codes, active, center, train_pos, *, n_classes, C=1.0, l
                 counts.append((b - a, addr))
         if futs:
             _, home = max(counts)
-            moved["precond_rows"] += sum(c for c, addr in counts if addr != home) * D * 4
-            precond = client.submit(_build_preconditioner, n_classes, 1.0 / (Ck * t), form, *futs,
+            moved["precond_rows"] += sum(c for c, addr in counts if addr != home) * G * D * 4
+            precond = client.submit(_build_preconditioner, n_out, 1.0 / (Ck * t), form, curvature, *futs,
                                     workers=[home], pure=False).result()
         else:
-            precond = kernel.preconditioner(np.zeros((0, D), np.float32), n_classes, 1.0 / (Ck * t), form=form)
+            precond = kernel.preconditioner(np.zeros((0, D), np.float32), n_out, 1.0 / (Ck * t), form=form,
+                                            curvature=curvature)
         moved["precond_rows"] += precond.nbytes
         seconds["preconditioner"] = time.perf_counter() - p0
-    coef = (np.zeros((m, D, n_classes)) if warm_coef is None else np.array(warm_coef, dtype=np.float64))
+    coef = (np.zeros((m, D, n_out)) if warm_coef is None else np.array(warm_coef, dtype=np.float64))
     n_workers = len(phases)
     rounds = 0
     round_seconds, compute_seconds = [], []
@@ -711,18 +808,18 @@ def score_phase_dask(X, codes, active, center, train_pos, *, n_classes, C=1.0, l
         compute_seconds.append(slowest)
         rounds += 1
         round_seconds.append(time.perf_counter() - r0_)
-        return _unpad_sums(kernel.combine_nodes(nodes), n_classes, D, inverse=True)
+        return _unpad_sums(kernel.combine_nodes(nodes), n_out, D, inverse=True)
 
     n_rows = member.sum(axis=0, dtype=np.int64)
-    coef, info = kernel.train_models_with(evaluate, n_rows, D, n_classes, C=Ck, loss=spec, coef=coef,
+    coef, info = kernel.train_models_with(evaluate, n_rows, D, n_out, C=Ck, loss=spec, coef=coef,
                                           precond=precond, options=options,
-                                          n_threads=1 if n_threads is None else int(n_threads))
+                                          n_threads=1 if n_threads is None else int(n_threads), n_free=n_free)
     if on_block is not None:
         on_block()
     t1 = time.perf_counter()
     W = kernel.stack_weights(coef)
     moved["predict_weights"] = W.nbytes * n_workers
-    futs = [ph.predict(W, n_classes, proba_sum is not None) for ph in phases]
+    futs = [ph.predict(W, n_out, proba_sum is not None) for ph in phases]
     seen = np.zeros(n_active, dtype=np.int32)
     correct = np.zeros(n_active, dtype=np.int32)
     prob_label = np.zeros(n_active, dtype=np.float64)

@@ -497,9 +497,9 @@ def score_phase(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="
     status = np.zeros(m, dtype=np.int32)
     n_eval = np.zeros(m, dtype=np.int32)
     Ck = kernel_C(C, n_classes) if G == 1 else C
-    # each model's sums over groups of X's rows are added by a fixed tree (kernel.reduction_layout),
-    # so that processes holding whole groups give the same bits (aflite_fast.distributed);
-    # multiple choice (G > 1, local only) adds its sums in super-block order
+    # each model's sums over groups of X's rows (items of multiple-choice X: a group is whole
+    # items) are added by a fixed tree (kernel.reduction_layout), so that processes holding
+    # whole groups give the same bits (aflite_fast.distributed)
     group_rows = kernel.reduction_group_rows(X.shape[0])
     read_seconds = precond_seconds = 0.0
     t0 = time.perf_counter()
@@ -551,7 +551,7 @@ def score_phase(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="
         coef_b, info = kernel.train_models(
             Xa, codes[rows], bm, n_out, C=Ck, loss=loss, loss_params=loss_params,
             coef=coef_b, positions=union, precond=precond, options=options,
-            n_threads=n_threads, group=G, n_free=n_free, leaves=rows // group_rows if G == 1 else None)
+            n_threads=n_threads, group=G, n_free=n_free, leaves=rows // group_rows)
         coef[block] = coef_b
         n_iter[block] = info["n_iter"]
         status[block] = info["status"]

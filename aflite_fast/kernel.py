@@ -502,7 +502,7 @@ def reduction_group_rows(n_rows):
     return max(REDUCE_MIN_ROWS, -(-int(n_rows) // REDUCE_LEAVES))
 
 
-def reduction_layout(positions, leaves, n_columns):
+def reduction_layout(positions, leaves, n_columns, group=1):
     """Row blocks, super-blocks and reduction groups of rows at ``positions`` (sorted, in the
     active set) whose rows of X fall in groups ``leaves`` (non-decreasing, see
     :func:`reduction_group_rows`).
@@ -512,6 +512,10 @@ def reduction_layout(positions, leaves, n_columns):
     :func:`super_blocks`), a reduction group the super-blocks of one leaf.  The layout of
     any subset of the rows is the layout of all restricted to it, so a process holding
     some groups sums them exactly as a process holding all of them.
+
+    Multiple choice (``group`` = K > 1): ``positions`` and ``leaves`` are per item, row
+    blocks are runs of ``ROW_BLOCK // K`` item positions (as :func:`item_blocks`) and the
+    row boundaries count candidate rows (K per item), so a reduction group is whole items.
 
     Returns
     -------
@@ -523,17 +527,19 @@ def reduction_layout(positions, leaves, n_columns):
     if positions.size == 0:
         zero = np.array([0], dtype=np.int64)
         return zero, zero, zero, np.zeros(0, dtype=np.int64)
+    group = int(group)
+    block = max(1, ROW_BLOCK // group)
     new_leaf = np.flatnonzero(np.diff(leaves)) + 1
-    starts = np.union1d(np.flatnonzero(np.diff(positions // ROW_BLOCK)) + 1, new_leaf)
+    starts = np.union1d(np.flatnonzero(np.diff(positions // block)) + 1, new_leaf)
     row_blocks = np.concatenate(([0], starts, [positions.size])).astype(np.int64)
-    size = max(1, SUPER_BLOCK_BYTES // (4 * int(n_columns) * ROW_BLOCK)) * ROW_BLOCK
+    size = max(1, SUPER_BLOCK_BYTES // (4 * int(n_columns) * group * block)) * block
     first = row_blocks[:-1]
     cut = (np.diff(positions[first] // size) != 0) | (np.diff(leaves[first]) != 0)
     super_blocks = np.concatenate(([0], np.flatnonzero(cut) + 1, [first.size])).astype(np.int64)
     sb_leaf = leaves[first[super_blocks[:-1]]]
     group_blocks = np.concatenate(([0], np.flatnonzero(np.diff(sb_leaf)) + 1,
                                    [super_blocks.size - 1])).astype(np.int64)
-    return row_blocks, super_blocks, group_blocks, sb_leaf[group_blocks[:-1]].astype(np.int64)
+    return row_blocks * group, super_blocks, group_blocks, sb_leaf[group_blocks[:-1]].astype(np.int64)
 
 
 def combine_nodes(nodes, n_leaves=None):
@@ -603,9 +609,11 @@ def train_models(Xa, y, member, n_classes, *, C=1.0, loss="ce", loss_params=None
         choice the position-bias columns, or 0).
     leaves : ndarray of shape (n,), int64, optional
         Reduction group of every row (its row of X // :func:`reduction_group_rows`,
-        non-decreasing): each model's sums over the groups are added by the reduction tree
-        (:func:`reduction_layout`), so that :func:`train_models_with` fed partial sums of
-        whole groups from other processes gives the same bits.  None: one group.
+        non-decreasing; with ``group`` > 1 one per item, its item of X //
+        ``reduction_group_rows(items of X)``): each model's sums over the groups are added by
+        the reduction tree (:func:`reduction_layout`), so that :func:`train_models_with` fed
+        partial sums of whole groups from other processes gives the same bits.  None: one
+        group.
 
     Returns
     -------
@@ -664,17 +672,15 @@ def train_models(Xa, y, member, n_classes, *, C=1.0, loss="ce", loss_params=None
                                     n_threads=n_threads, group=group, n_free=n_free, leaves=leaves)
             coef[cold] = start
     groups = {}
-    if group > 1:
-        if leaves is not None:
-            raise ValueError("train_models: multiple choice (group > 1) has no reduction groups")
+    if leaves is not None:
+        row_blocks, sblocks, group_blocks, group_leaves = reduction_layout(positions, leaves, D, group)
+        groups = dict(group_blocks=group_blocks, group_leaves=group_leaves, n_leaves=REDUCE_LEAVES)
+    elif group > 1:
         row_blocks, item_rb = item_blocks(positions, group)
         sblocks = super_blocks(positions, item_rb, D * group, max(1, ROW_BLOCK // group))
-    elif leaves is None:
+    else:
         row_blocks = row_blocks_from_positions(positions)
         sblocks = super_blocks(positions, row_blocks, D)
-    else:
-        row_blocks, sblocks, group_blocks, group_leaves = reduction_layout(positions, leaves, D)
-        groups = dict(group_blocks=group_blocks, group_leaves=group_leaves, n_leaves=REDUCE_LEAVES)
     inv_n = 1.0 / n_rows.astype(np.float64)
     n_iter = np.zeros(B, dtype=np.int32)
     status = np.zeros(B, dtype=np.int32)
@@ -695,7 +701,7 @@ def train_models(Xa, y, member, n_classes, *, C=1.0, loss="ce", loss_params=None
 
 
 def train_models_with(evaluate, n_rows, n_columns, n_classes, *, C=1.0, loss="ce", loss_params=None,
-                      coef=None, precond=None, options=None, n_threads=1):
+                      coef=None, precond=None, options=None, n_threads=1, n_free=1):
     """:func:`train_models` with the evaluation of loss and gradient done by ``evaluate``.
 
     The solver (``_kernel.LBFGSBlock``, the arithmetic of ``train_block``) runs here; every
@@ -714,7 +720,8 @@ def train_models_with(evaluate, n_rows, n_columns, n_classes, *, C=1.0, loss="ce
         Training rows of each model.
     n_columns : int
         D, the features plus the ones column.
-    n_classes, C, loss, loss_params, coef, options, n_threads : as in :func:`train_models`
+    n_classes, C, loss, loss_params, coef, options, n_threads, n_free : as in :func:`train_models`
+        (multiple choice: ``n_classes`` 1, and ``loss`` resolved for the K candidates)
     precond : None or Preconditioner
 
     Returns
@@ -742,7 +749,7 @@ def train_models_with(evaluate, n_rows, n_columns, n_classes, *, C=1.0, loss="ce
 
             start, _ = train_models_with(evaluate_cold, n_rows[cold], D, n_classes, C=C, loss=spec.warmup,
                                          coef=np.ascontiguousarray(coef[cold]), precond=precond,
-                                         options=options, n_threads=n_threads)
+                                         options=options, n_threads=n_threads, n_free=n_free)
             coef[cold] = start
     l2 = 1.0 / (float(C) * n_rows)
     inv_n = 1.0 / n_rows.astype(np.float64)
@@ -751,7 +758,7 @@ def train_models_with(evaluate, n_rows, n_columns, n_classes, *, C=1.0, loss="ce
         coef.reshape(B, D * n_classes), l2, inv_n, n_classes, block_bounds(D, COL_BLOCK),
         pre.get("dense", _NO_MATRIX), options.tol, options.ftol, options.max_iter, options.history,
         options.max_line_search, n_threads, pre_diag=pre.get("diag"), pre_factor=pre.get("factor"),
-        pre_core=pre.get("core"), pre_blocks=pre.get("factor_blocks"))
+        pre_core=pre.get("core"), pre_blocks=pre.get("factor_blocks"), n_free=n_free)
     with limit_blas_threads():
         while True:
             models, W = solver.trial()
@@ -768,19 +775,22 @@ class MemberRows:
     member pass (what a process holding those groups computes in each round of
     :func:`train_models_with`).
 
-    ``Xa``, ``y``, ``member`` (n, B), ``positions`` and ``leaves`` as in :func:`train_models`.
+    ``Xa``, ``y``, ``member`` (n, B), ``positions``, ``leaves`` and ``group`` as in
+    :func:`train_models` (with ``group`` = K > 1, ``y``, ``member``, ``positions`` and
+    ``leaves`` per item of K rows of ``Xa``).
     """
 
-    def __init__(self, Xa, y, member, positions, leaves):
+    def __init__(self, Xa, y, member, positions, leaves, group=1):
         self.Xa, self.y = Xa, np.ascontiguousarray(y, dtype=np.int32)
+        self.group = int(group)
         D = Xa.shape[1]
-        self.layout = reduction_layout(positions, leaves, D)
+        self.layout = reduction_layout(positions, leaves, D, self.group)
         row_blocks = self.layout[0]
         self.n_models = member.shape[1]
         self.mptr = np.zeros((self.n_models, row_blocks.size), dtype=np.int64)
-        self.mrows = np.zeros(int(member.sum(dtype=np.int64)), dtype=np.int32)
+        self.mrows = np.zeros(int(member.sum(dtype=np.int64)) * self.group, dtype=np.int32)
         if Xa.shape[0]:
-            _kernel.member_index(member, row_blocks, self.mptr, self.mrows)
+            _kernel.member_index(member, row_blocks, self.mptr, self.mrows, self.group)
 
     def sums(self, models, W, scale, loss, leaf_range=None, n_threads=1):
         """(level, index, sums) of the reduction tree's whole subtrees of ``leaf_range``
@@ -797,7 +807,7 @@ class MemberRows:
                                             group_blocks, group_leaves, int(lo), int(hi),
                                             np.asarray(models, dtype=np.int64), W,
                                             np.asarray(scale, dtype=np.float64), loss.code, loss.params,
-                                            n_threads)
+                                            n_threads, self.group)
 
 
 def stack_weights(coef):

@@ -18,9 +18,15 @@ slowest worker's member pass), the bytes each dask phase moved against the size 
 projection of a data-parallel phase to ``--project-n`` rows x ``--project-d`` features on
 ``--project-workers`` workers from the measured per-round cost.
 
-Example (the runs recorded in benchmarks/RESULTS.md, "Data-parallel Dask")::
+With ``--candidates K`` (K > 1) X is multiple choice, N items x K candidates x d
+(``multiple_choice_speed.make_items``), ``--position-bias`` optional; there is no gather path
+and no projection then.
+
+Examples (the runs recorded in benchmarks/RESULTS.md, "Data-parallel Dask" and "Multiple
+choice on the Dask backend")::
 
     python benchmarks/bench_dask.py --n 200000 --d 768 --m 64 --t-frac 0.1 --gather
+    python benchmarks/bench_dask.py --n 50000 --candidates 4 --d 256 --m 64 --t-frac 0.1
 """
 import argparse
 import os
@@ -89,6 +95,9 @@ def main(argv=None):
     ap.add_argument("--n", type=int, default=200000)
     ap.add_argument("--d", type=int, default=768)
     ap.add_argument("--classes", type=int, default=3)
+    ap.add_argument("--candidates", type=int, default=1,
+                    help="K > 1: multiple-choice X of N items x K candidates (y the right candidate)")
+    ap.add_argument("--position-bias", action="store_true", help="multiple choice: a bias per position")
     ap.add_argument("--m", type=int, default=64, help="partitions")
     ap.add_argument("--t-frac", type=float, default=0.1, help="training rows per partition / N")
     ap.add_argument("--C", type=float, default=1.0)
@@ -110,25 +119,35 @@ def main(argv=None):
 
     from distributed import Client, LocalCluster
 
+    K = args.candidates
+    if K > 1 and args.gather:
+        ap.error("--gather is for classification (--candidates 1)")
     t0 = time.perf_counter()
-    data = args.data.replace(".npy", f"_{args.n}x{args.d}.npy")
+    shape = (args.n, args.d) if K == 1 else (args.n, K, args.d)
+    data = args.data.replace(".npy", f"_{'x'.join(map(str, shape))}.npy")
     ypath = data.replace(".npy", "_y.npy")
-    if os.path.exists(data) and os.path.exists(ypath) and np.load(data, mmap_mode="r").shape == (args.n, args.d):
+    if os.path.exists(data) and os.path.exists(ypath) and np.load(data, mmap_mode="r").shape == shape:
         y = np.load(ypath)
     else:
-        X, y = make_skewed_embeddings(args.n, args.d, args.classes, random_state=args.seed)
+        if K == 1:
+            X, y = make_skewed_embeddings(args.n, args.d, args.classes, random_state=args.seed)
+        else:
+            from multiple_choice_speed import make_items
+            X, y = make_items(args.n, K, args.d, args.seed)
         np.save(data, X)
         np.save(ypath, y)
         del X
     print(f"data ready in {time.perf_counter() - t0:.1f} s: {data}", flush=True)
     X = np.load(data, mmap_mode="r")
-    codes = encode_labels(y).codes
-    n_classes = int(codes.max()) + 1
+    codes = encode_labels(y).codes if K == 1 else y.astype(np.int32)
+    n_classes = int(codes.max()) + 1 if K == 1 else K
     active = np.arange(args.n, dtype=np.int64)
     t = int(round(args.t_frac * args.n))
     train_pos = engine.partition_train_positions(args.seed, 0, args.n, t, args.m)
     options = SolverOptions()
     common = dict(n_classes=n_classes, C=args.C, options=options)
+    if K > 1:
+        common["position_bias"] = args.position_bias
 
     local = None
     if not args.skip_local:
@@ -136,8 +155,9 @@ def main(argv=None):
         small = np.arange(min(args.n, 4000), dtype=np.int64)
         engine.score_phase(X, codes, small, np.zeros(args.d, np.float32),
                            engine.partition_train_positions(args.seed, 1, small.size, small.size // 2, 2),
-                           n_classes=n_classes, options=SolverOptions(max_iter=5), n_threads=args.threads)
-        center = scan_rows(X).astype(np.float32)
+                           n_classes=n_classes, options=SolverOptions(max_iter=5), n_threads=args.threads,
+                           **({} if K == 1 else dict(position_bias=args.position_bias)))
+        center = scan_rows(X.reshape(-1, args.d)).astype(np.float32)
         load_before = os.getloadavg()[0]
         t0 = time.perf_counter()
         local = engine.score_phase(X, codes, active, center, train_pos, n_threads=args.threads, **common)
@@ -158,7 +178,7 @@ def main(argv=None):
         center_d = scan_rows_dask(Xd).astype(np.float32)
         t_scan = time.perf_counter() - t0
         t0 = time.perf_counter()
-        Xd.held_rows(center_d)
+        Xd.held_rows(center_d, args.position_bias)
         t_hold = time.perf_counter() - t0
         load_before = os.getloadavg()[0]
         t0 = time.perf_counter()
@@ -181,7 +201,8 @@ def main(argv=None):
     Xbytes = X.nbytes
     mv = remote.bytes_moved
     print()
-    print(f"N={args.n} d={args.d} C={n_classes} m={args.m} t={t}; X = {_mb(Xbytes)} MB float32; "
+    print(f"N={args.n}{f' items x K={K}' if K > 1 else ''} d={args.d} C={n_classes} m={args.m} t={t}"
+          f"{'; position bias' if K > 1 and args.position_bias else ''}; X = {_mb(Xbytes)} MB float32; "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {platform.processor() or platform.machine()}, "
           f"{os.cpu_count()} cores")
     if local is not None:
@@ -226,6 +247,9 @@ def main(argv=None):
               f"{gather.bytes_moved['total'] / Xbytes:.4f} |")
         print(f"| gather path: rows crossing between workers | {_mb(gather.bytes_moved['train_rows_remote'])} | "
               f"{gather.bytes_moved['train_rows_remote'] / Xbytes:.4f} |")
+    ok = local is None or (_same(local, remote) and (gather is None or _same(local, gather)))
+    if K > 1:
+        return 0 if ok and not restarted else 1
     p = projection(remote, t, args.d, len(Xd.ranges), n_classes, args.m, n=int(args.project_n), d=args.project_d,
                    workers=args.project_workers, itemsize=args.project_itemsize, bandwidth=args.bandwidth,
                    t_frac=args.t_frac)
@@ -244,7 +268,6 @@ def main(argv=None):
     print(f"| transfer of the rounds at the network's rate | {p['transfer']:.2f} s |")
     print(f"| per-round overhead as measured here (scheduling, local transfers) | {p['overhead']:.2f} s |")
     print(f"| phase training, projected | {p['seconds']:.1f} s |")
-    ok = local is None or (_same(local, remote) and (gather is None or _same(local, gather)))
     return 0 if ok and not restarted else 1
 
 

@@ -7,7 +7,8 @@ a. The kernel's optimum (one scorer, softmax over each item's K candidates, L2 w
 b. aflite / predictability on 3-D X: bitwise the same over thread counts, memmap vs array,
    and memory budgets that split the partitions into several blocks; a resumed run equals the
    uninterrupted one; groups, the null, eval rows and the noise-robust losses work; the
-   forward loss, the Dask backend and bad labels are refused with a clear message.
+   forward loss and bad labels are refused with a clear message (the Dask backend:
+   tests/test_dask_multiple_choice.py).
 c. The filter command reads a 3-D .npy.
 """
 import json
@@ -200,8 +201,6 @@ def test_refusals(items):
     X, y = items
     with pytest.raises(ValueError, match="forward.*multiple choice"):
         aflite(X, y, loss="forward", loss_params={"T": np.eye(4)}, **RUN)
-    with pytest.raises(ValueError, match="dask.*multiple-choice"):
-        aflite(X, y, backend="dask", **RUN)
     with pytest.raises(ValueError, match="candidate position"):
         aflite(X, np.where(y == 3, 4, y), **RUN)
     with pytest.raises(ValueError, match="integer candidate"):

@@ -5,6 +5,8 @@ bitwise the models of one ``kernel.train_models`` call on all the rows.
 a. Any split of the rows into runs of whole groups, with a warm-up loss (truncated GCE) too.
 b. One group (small X) is the sum in super-block order: the same bits as without groups.
 c. The layout of a subset of the rows is the layout of all restricted to it.
+d. Multiple choice (items of K candidate rows, groups of whole items, unpenalised position
+   columns): split sums give the models of one call, and one group is the item pass in order.
 """
 import os
 
@@ -12,6 +14,8 @@ import numpy as np
 import pytest
 
 from aflite_fast import kernel
+from aflite_fast import multiple_choice as mc
+from aflite_fast.losses import resolve_loss
 
 
 @pytest.fixture
@@ -27,14 +31,16 @@ def _problem(seed, n=5000, d=20, n_classes=3, n_models=5):
     return kernel.augment_rows(X), y, member
 
 
-def _split_evaluate(Xa, y, member, positions, leaves, cuts):
-    """An evaluate of train_models_with from holders of rows [cuts[i], cuts[i+1]) (whole groups);
-    the last holder's leaves run to the end of the tree."""
+def _split_evaluate(Xa, y, member, positions, leaves, cuts, group=1):
+    """An evaluate of train_models_with from holders of rows [cuts[i], cuts[i+1]) (whole groups;
+    items of ``group`` rows of Xa); the last holder's leaves run to the end of the tree."""
     holders = []
+    n = y.shape[0]
     for i, (a, b) in enumerate(zip(cuts[:-1], cuts[1:])):
         lo = 0 if i == 0 else int(leaves[a])
-        hi = kernel.REDUCE_LEAVES if b == Xa.shape[0] else int(leaves[b - 1]) + 1
-        holders.append((kernel.MemberRows(Xa[a:b], y[a:b], member[a:b], positions[a:b], leaves[a:b]), (lo, hi)))
+        hi = kernel.REDUCE_LEAVES if b == n else int(leaves[b - 1]) + 1
+        rows = kernel.MemberRows(Xa[a * group:b * group], y[a:b], member[a:b], positions[a:b], leaves[a:b], group)
+        holders.append((rows, (lo, hi)))
 
     def evaluate(models, W, scale, loss):
         nodes = []
@@ -61,6 +67,35 @@ def test_split_sums_give_the_same_models(seed, loss, cuts):
     np.testing.assert_array_equal(split, whole)
     for key in ("n_iter", "status", "n_eval", "objective"):
         np.testing.assert_array_equal(info_split[key], info[key])
+
+
+@pytest.mark.parametrize("position_bias", [False, True])
+def test_multiple_choice_split_sums_and_one_group(seed, position_bias):
+    rng = np.random.default_rng([seed, 4])
+    n, K, d = 1800, 3, 10
+    X = (rng.standard_normal((n, K, d)) * (1.0 + np.arange(d)) ** -0.5).astype(np.float32)
+    y = rng.integers(0, K, n).astype(np.int32)
+    X[np.arange(n), y, 0] += 1.0
+    Xa = mc.augment_items(X, position_bias=position_bias)
+    D = Xa.shape[1]
+    n_free = D - d
+    member = (rng.random((n, 4)) < 0.4).astype(np.uint8)
+    positions = np.arange(n, dtype=np.int64)
+    leaves = positions // kernel.reduction_group_rows(n)  # groups of 512 items
+    kw = dict(loss="gce", loss_params={"q": 0.5}, positions=positions, group=K, n_free=n_free)
+    whole, info = kernel.train_models(Xa, y, member, 1, leaves=leaves, **kw)
+    evaluate = _split_evaluate(Xa, y, member, positions, leaves, [0, 1024, n], group=K)
+    split, info_split = kernel.train_models_with(evaluate, member.sum(axis=0), D, 1, C=1.0,
+                                                 loss=resolve_loss("gce", {"q": 0.5}, K), n_free=n_free)
+    assert info["n_iter"].min() >= 2
+    np.testing.assert_array_equal(split, whole)
+    np.testing.assert_array_equal(info_split["n_eval"], info["n_eval"])
+    # one group: the item pass without groups, in super-block order
+    first = slice(0, 500)
+    a, _ = kernel.train_models(Xa[:500 * K], y[first], member[first], 1, leaves=np.zeros(500, np.int64),
+                               **dict(kw, positions=positions[first] * 3))
+    b, _ = kernel.train_models(Xa[:500 * K], y[first], member[first], 1, **dict(kw, positions=positions[first] * 3))
+    np.testing.assert_array_equal(a, b)
 
 
 def test_one_group_is_the_sum_in_order(seed):
