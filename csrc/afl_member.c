@@ -153,14 +153,15 @@ void afl_member_index(int64_t n, int64_t B, const uint8_t *member, int64_t nrb,
 }
 
 /* Where the member pass puts each unit's sums (called in unit order). */
-typedef void (*afl_member_sink)(void *ctx, int64_t u, const double *part, int64_t nA, int64_t P,
+typedef void (*afl_member_sink)(void *ctx, int64_t u, double **part, int64_t nA, int64_t P,
                                 int64_t stride);
 
 /* The member pass of the models active[0..nA) over every super-block, on one thread, in
  * units of consecutive super-blocks (unit u: super-blocks units[u] .. units[u + 1]; units ==
  * NULL: one super-block each).  A unit's sums start from zero and take its super-blocks' row
- * blocks in order; sink(ctx, u, part, ...) receives unit u's sums (nA x stride doubles: P
- * gradient entries, then the loss) in unit order.  Threads split the models, not the rows
+ * blocks in order; sink(ctx, u, &part, ...) receives unit u's sums (nA x stride doubles: P
+ * gradient entries, then the loss) in unit order, and may swap the buffer for another of the
+ * same size (freed here).  Threads split the models, not the rows
  * (see afl_member_eval): a model's sums never depend on which other models a thread holds,
  * and nothing is handed from thread to thread.  Returns 0, or -1 if scratch memory could
  * not be allocated. */
@@ -208,7 +209,7 @@ static int member_range(const afl_member_set *s, int64_t nA, const int64_t *acti
         memset(part, 0, (size_t)(nA * stride) * sizeof(double));
         const int64_t sb0 = units ? units[u] : u, sb1 = units ? units[u + 1] : u + 1;
         for (int64_t sb = sb0; sb < sb1; sb++) fn(s, sb, nA, active, W, scale, part, stride, &w);
-        sink(ctx, u, part, nA, P, stride);
+        sink(ctx, u, &part, nA, P, stride);
     }
     free(part);
     free(w.Z);
@@ -240,9 +241,10 @@ typedef struct {
 } afl_sum_sink;
 
 /* Super-block sums added in order into grad and loss. */
-static void sum_sink(void *ctx, int64_t sb, const double *part, int64_t nA, int64_t P, int64_t stride)
+static void sum_sink(void *ctx, int64_t sb, double **partp, int64_t nA, int64_t P, int64_t stride)
 {
     const afl_sum_sink *o = (const afl_sum_sink *)ctx;
+    const double *part = *partp;
     (void)sb;
     for (int64_t a = 0; a < nA; a++) {
         const double *pa = part + a * stride;
@@ -331,13 +333,15 @@ static void tree_skip_to(afl_tree_sink *t, int64_t leaf)
 }
 
 /* Group g's sums (the member pass's unit g): absent leaves before it, then its leaf joins
- * the tree. */
-static void tree_sink(void *ctx, int64_t g, const double *part, int64_t nA, int64_t P, int64_t stride)
+ * the tree (its buffer taken in exchange for a free slot: no copy). */
+static void tree_sink(void *ctx, int64_t g, double **part, int64_t nA, int64_t P, int64_t stride)
 {
     afl_tree_sink *t = (afl_tree_sink *)ctx;
     (void)nA; (void)P; (void)stride;
     tree_skip_to(t, t->gleaf[g]);
-    memcpy(t->slot[t->depth], part, (size_t)t->len * sizeof(double));
+    double *free_slot = t->slot[t->depth];
+    t->slot[t->depth] = *part;
+    *part = free_slot;
     tree_push(t, t->gleaf[g], 1);
     t->next_leaf = t->gleaf[g] + 1;
 }
@@ -371,11 +375,13 @@ static int member_tree_range(const afl_member_set *s, int64_t nA, int64_t a0, in
     for (int64_t lv = leaf_hi - leaf_lo; lv > 0; lv >>= 1) n_slots++;
     n_slots = 2 * n_slots + 3;
     if (n_slots > cap) n_slots = cap;
-    double *pool = (double *)malloc((size_t)(n_slots * (len > 0 ? len : 1)) * sizeof(double));
-    if (!t.level || !t.index || !t.present || !t.slot || !pool) {
+    /* slots one allocation each: the sink swaps them with the pass's buffer */
+    int slots_ok = t.slot != NULL;
+    for (int64_t k = 0; slots_ok && k < n_slots; k++)
+        slots_ok = (t.slot[k] = (double *)malloc((size_t)(len > 0 ? len : 1) * sizeof(double))) != NULL;
+    if (!t.level || !t.index || !t.present || !slots_ok) {
         rc = -1;
     } else {
-        for (int64_t k = 0; k < n_slots; k++) t.slot[k] = pool + k * len;
         if (ng > 0 && a1 > a0)
             rc = member_range(s, a1 - a0, active + a0, W + a0 * P, scale + a0, ng, gsb, tree_sink, &t);
         if (rc == 0) {
@@ -394,7 +400,8 @@ static int member_tree_range(const afl_member_set *s, int64_t nA, int64_t a0, in
             if (first) *n_nodes = out;
         }
     }
-    free(pool);
+    if (t.slot)
+        for (int64_t k = 0; k < n_slots; k++) free(t.slot[k]);
     free(t.level);
     free(t.index);
     free(t.present);
