@@ -42,17 +42,19 @@ MC_FORWARD_MESSAGE = ("loss='forward' does not apply to multiple choice: a noise
 ROW_BLOCK = 512
 #: Columns summed together in one block of the logits product.
 COL_BLOCK = 256
-#: A super-block (a run of row blocks whose sums are added in order; one task of a thread)
-#: holds about this many bytes of rows, so that the rows of the super-blocks in progress stay
-#: in the last-level cache while every model reads its rows of them.
+#: A super-block (a run of row blocks whose gradient sums are taken slice by slice, so each
+#: model's double sums of a slice stay in a core's cache) holds about this many bytes of rows.
 SUPER_BLOCK_BYTES = 4 << 20
 #: Leaves of the reduction tree of a phase's sums (a power of two): the rows of X form this
 #: many groups of consecutive rows (:func:`reduction_group_rows`); a model's sums over each
 #: group are added up by a fixed binary tree, so that processes holding whole groups compute
 #: partial sums that add up to the same bits (``_kernel.member_eval_tree``).
 REDUCE_LEAVES = 64
-#: Rows of a reduction group at least (one row block): small X is one group.
-REDUCE_MIN_ROWS = 512
+#: Rows of a reduction group at least: small X is one group.  Each group costs every model a
+#: set of double sums (C x D each) zeroed, handed to the tree and added there; at t/N = 0.1
+#: that was 17% of the member pass at N = 200,000 with groups of 3,125 rows (64 groups) against
+#: groups of 8,192 (benchmarks/member_rate.py).
+REDUCE_MIN_ROWS = 8192
 #: Rows of the sample a preconditioner is estimated from: this many per column, at least
 #: :data:`PRECOND_MIN_ROWS` (all rows when there are fewer), at most
 #: :data:`PRECOND_MAX_ROWS` unless that leaves fewer than :data:`PRECOND_FLOOR_PER_COLUMN`

@@ -6,7 +6,7 @@ floor of ``compare_scale.py``.  Rows are gathered as the engine gathers them (al
 stride), models are random weights, partitions drawn as the engine draws them.
 
     PYTHONPATH=. python benchmarks/member_rate.py [--n 50000] [--d 768] [--classes 3] [--m 64]
-        [--shares 0.1 0.5] [--threads 1 2] [--repeat 5]
+        [--shares 0.1 0.5] [--threads 1 2] [--repeat 5] [--layout tree|plain]
 """
 import argparse
 import time
@@ -15,6 +15,7 @@ import numpy as np
 
 from aflite_fast import _kernel, engine, kernel
 from aflite_fast._rows import membership_matrix
+from aflite_fast.losses import resolve_loss
 
 
 def member_inputs(n, d, C, m, share, seed=0):
@@ -57,6 +58,28 @@ def member_seconds(inputs, C, threads, repeat):
     return (time.perf_counter() - t0) / repeat
 
 
+def tree_seconds(inputs, C, threads, repeat):
+    """Seconds of one member pass summed through the reduction tree, as the engine sums its
+    classification passes (``kernel.MemberRows``: leaves of ``reduction_group_rows(n)`` rows)."""
+    X, y, mptr, mrows, rb, sb, W, t = inputs
+    n = X.shape[0]
+    m, Dp = W.shape[0], W.shape[2]
+    member = np.zeros((n, m), dtype=np.uint8)
+    for j in range(m):
+        member[mrows[mptr[j, 0]:mptr[j, -1]], j] = 1
+    positions = np.arange(n, dtype=np.int64)
+    leaves = positions // kernel.reduction_group_rows(n)
+    rows = kernel.MemberRows(X, y, member, positions, leaves)
+    models = np.arange(m, dtype=np.int64)
+    scale = np.full(m, 1.0 / t)
+    loss = resolve_loss("ce", None, C)
+    rows.sums(models, W, scale, loss, n_threads=threads)
+    t0 = time.perf_counter()
+    for _ in range(repeat):
+        rows.sums(models, W, scale, loss, n_threads=threads)
+    return (time.perf_counter() - t0) / repeat
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--n", type=int, default=50000)
@@ -66,6 +89,9 @@ def main(argv=None):
     p.add_argument("--shares", type=float, nargs="+", default=[0.1, 0.5])
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--layout", choices=["tree", "plain"], default="tree",
+                   help="sum through the reduction tree as the engine does (default), or super-block "
+                        "by super-block (the multiple-choice path)")
     a = p.parse_args(argv)
     D, C = a.d + 1, a.classes
     rng = np.random.default_rng(1)
@@ -76,7 +102,7 @@ def main(argv=None):
         inputs = member_inputs(a.n, a.d, C, a.m, share)
         flops = a.m * 2 * 2 * inputs[-1] * D * C
         for th in a.threads:
-            s = member_seconds(inputs, C, th, a.repeat)
+            s = (tree_seconds if a.layout == "tree" else member_seconds)(inputs, C, th, a.repeat)
             g0 = time.perf_counter()
             _kernel.sgemm(False, A, B, Z, kernel.block_bounds(D, kernel.COL_BLOCK), False, th)
             g = 2.0 * 20000 * D * a.m * C / (time.perf_counter() - g0) / 1e9

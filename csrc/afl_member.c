@@ -29,12 +29,25 @@ typedef struct {
     float *zb;
     int32_t *yl;
     int64_t *off;          /* where each (row block, model) starts in R (see super_block) */
+    int64_t *cur;          /* 2 x models: each model's groups of rows in a sub-block */
     double *work;
 } afl_member_scratch;
 
 /* Floats of a feature slice of the member pass (rounded to whole vectors): a row block's
  * slice (512 rows x 1 KB) stays in a core's L2 cache while every model reads it. */
+#ifndef AFL_MEMBER_SLICE
 #define AFL_MEMBER_SLICE 256
+#endif
+/* Floats of a feature slice of the logits (rounded to whole vectors; up to 1280 features are
+ * one slice, so a row's logits are reduced across the vector lanes once), and the bytes of a
+ * slice of a sub-block's rows, read from the core's L2 cache by every model that trains on
+ * them. */
+#ifndef AFL_LOGIT_SLICE
+#define AFL_LOGIT_SLICE 1280
+#endif
+#ifndef AFL_LOGIT_L2
+#define AFL_LOGIT_L2 (512 * 1024)
+#endif
 
 #define AFL_SFX _generic
 #define AFL_VL 4
@@ -139,15 +152,22 @@ void afl_member_index(int64_t n, int64_t B, const uint8_t *member, int64_t nrb,
     }
 }
 
-/* Where the member pass puts each super-block's sums (called in super-block order). */
-typedef void (*afl_member_sink)(void *ctx, int64_t sb, const double *part, int64_t nA, int64_t P,
+/* Where the member pass puts each unit's sums (called in unit order). */
+typedef void (*afl_member_sink)(void *ctx, int64_t u, double **part, int64_t nA, int64_t P,
                                 int64_t stride);
 
-/* The member pass over every super-block; sink(ctx, sb, part, ...) receives super-block sb's
- * sums (nA x stride doubles: P gradient entries, then the loss) in super-block order. */
-static int member_pass(const afl_member_set *s, int64_t nA, const int64_t *active,
-                       const float *W, const double *scale, int n_threads,
-                       afl_member_sink sink, void *ctx)
+/* The member pass of the models active[0..nA) over every super-block, on one thread, in
+ * units of consecutive super-blocks (unit u: super-blocks units[u] .. units[u + 1]; units ==
+ * NULL: one super-block each).  A unit's sums start from zero and take its super-blocks' row
+ * blocks in order; sink(ctx, u, &part, ...) receives unit u's sums (nA x stride doubles: P
+ * gradient entries, then the loss) in unit order, and may swap the buffer for another of the
+ * same size (freed here).  Threads split the models, not the rows
+ * (see afl_member_eval): a model's sums never depend on which other models a thread holds,
+ * and nothing is handed from thread to thread.  Returns 0, or -1 if scratch memory could
+ * not be allocated. */
+static int member_range(const afl_member_set *s, int64_t nA, const int64_t *active,
+                        const float *W, const double *scale, int64_t nu, const int64_t *units,
+                        afl_member_sink sink, void *ctx)
 {
     const int C = s->C;
     const int64_t P = (int64_t)C * s->Dp, stride = P + 1;
@@ -155,7 +175,6 @@ static int member_pass(const afl_member_set *s, int64_t nA, const int64_t *activ
     for (int64_t rb = 0; rb < s->nrb; rb++)
         if (s->row_blocks[rb + 1] - s->row_blocks[rb] > qmax) qmax = s->row_blocks[rb + 1] - s->row_blocks[rb];
     if (nA == 0 || s->nsb == 0 || qmax == 0) return 0;
-    afl_member_init();
     void (*const fn)(const afl_member_set *, int64_t, int64_t, const int64_t *, const float *,
                      const double *, double *, int64_t, afl_member_scratch *) = afl_rows.super_block;
     /* the largest super-block: its row blocks and its member rows over the active models */
@@ -169,60 +188,52 @@ static int member_pass(const afl_member_set *s, int64_t nA, const int64_t *activ
         }
         if (q > qsb) qsb = q;
     }
-    if (n_threads < 1) n_threads = 1;
-    if (n_threads > s->nsb) n_threads = (int)s->nsb;
+    if (!units) nu = s->nsb;
     /* the loss step's scratch: per row of C classes, or per item of G candidates */
     const int G = s->G > 1 ? s->G : 1;
     const int64_t qp = afl_member_pad(qmax);
     const int64_t nwork = (C + 4) * qp > (G + 4) * afl_member_pad(qmax / G)
         ? (C + 4) * qp : (G + 4) * afl_member_pad(qmax / G);
     const int ncz = C > G ? C : G;
-    int failed = 0;
-#ifdef _OPENMP
-#pragma omp parallel num_threads(n_threads)
-#endif
-    {
-        afl_member_scratch w;
-        double *part = (double *)malloc((size_t)(nA * stride) * sizeof(double));
-        w.Z = (float *)malloc((size_t)(nA * qmax * C) * sizeof(float));
-        w.R = (float *)malloc((size_t)((qsb > 0 ? qsb : 1) * C) * sizeof(float));
-        w.zb = (float *)malloc((size_t)ncz * sizeof(float));
-        w.yl = (int32_t *)malloc((size_t)qmax * sizeof(int32_t));
-        w.off = (int64_t *)malloc((size_t)((nA + 1) * (rbmax > 0 ? rbmax : 1)) * sizeof(int64_t));
-        w.work = (double *)malloc((size_t)nwork * sizeof(double));
-        int ok = part && w.Z && w.R && w.zb && w.yl && w.off && w.work;
-        if (!ok) {
-#ifdef _OPENMP
-#pragma omp atomic write
-#endif
-            failed = 1;
-        }
-        /* super-blocks in order; each thread sums its super-block into `part`, and the
-         * ordered section hands the parts to the sink in super-block order */
-#ifdef _OPENMP
-#pragma omp for schedule(dynamic, 1) ordered
-#endif
-        for (int64_t sb = 0; sb < s->nsb; sb++) {
-            if (ok) {
-                memset(part, 0, (size_t)(nA * stride) * sizeof(double));
-                fn(s, sb, nA, active, W, scale, part, stride, &w);
-            }
-#ifdef _OPENMP
-#pragma omp ordered
-#endif
-            {
-                if (ok) sink(ctx, sb, part, nA, P, stride);
-            }
-        }
-        free(part);
-        free(w.Z);
-        free(w.R);
-        free(w.zb);
-        free(w.yl);
-        free(w.off);
-        free(w.work);
+    afl_member_scratch w;
+    double *part = (double *)malloc((size_t)(nA * stride) * sizeof(double));
+    w.Z = (float *)malloc((size_t)(nA * qmax * C) * sizeof(float));
+    w.R = (float *)malloc((size_t)((qsb > 0 ? qsb : 1) * C) * sizeof(float));
+    w.zb = (float *)malloc((size_t)ncz * sizeof(float));
+    w.yl = (int32_t *)malloc((size_t)qmax * sizeof(int32_t));
+    w.off = (int64_t *)malloc((size_t)((nA + 1) * (rbmax > 0 ? rbmax : 1)) * sizeof(int64_t));
+    w.work = (double *)malloc((size_t)nwork * sizeof(double));
+    w.cur = (int64_t *)malloc((size_t)(2 * nA) * sizeof(int64_t));
+    const int ok = part && w.Z && w.R && w.zb && w.yl && w.off && w.work && w.cur;
+    for (int64_t u = 0; ok && u < nu; u++) {
+        memset(part, 0, (size_t)(nA * stride) * sizeof(double));
+        const int64_t sb0 = units ? units[u] : u, sb1 = units ? units[u + 1] : u + 1;
+        for (int64_t sb = sb0; sb < sb1; sb++) fn(s, sb, nA, active, W, scale, part, stride, &w);
+        sink(ctx, u, &part, nA, P, stride);
     }
-    return failed ? -1 : 0;
+    free(part);
+    free(w.Z);
+    free(w.R);
+    free(w.zb);
+    free(w.yl);
+    free(w.off);
+    free(w.work);
+    free(w.cur);
+    return ok ? 0 : -1;
+}
+
+/* Threads of a member pass over nA models (at most one per model), and thread t's models:
+ * [*a0, *a1). */
+static int member_threads(int n_threads, int64_t nA)
+{
+    if (n_threads < 1) n_threads = 1;
+    return nA < n_threads ? (int)(nA > 0 ? nA : 1) : n_threads;
+}
+
+static void member_share(int t, int T, int64_t nA, int64_t *a0, int64_t *a1)
+{
+    *a0 = t * nA / T;
+    *a1 = (t + 1) * nA / T;
 }
 
 typedef struct {
@@ -230,9 +241,10 @@ typedef struct {
 } afl_sum_sink;
 
 /* Super-block sums added in order into grad and loss. */
-static void sum_sink(void *ctx, int64_t sb, const double *part, int64_t nA, int64_t P, int64_t stride)
+static void sum_sink(void *ctx, int64_t sb, double **partp, int64_t nA, int64_t P, int64_t stride)
 {
     const afl_sum_sink *o = (const afl_sum_sink *)ctx;
+    const double *part = *partp;
     (void)sb;
     for (int64_t a = 0; a < nA; a++) {
         const double *pa = part + a * stride;
@@ -249,8 +261,26 @@ int afl_member_eval(const afl_member_set *s, int64_t nA, const int64_t *active,
     const int64_t P = (int64_t)s->C * s->Dp;
     for (int64_t a = 0; a < nA; a++) loss[a] = 0.0;
     memset(grad, 0, (size_t)(nA * P) * sizeof(double));
-    afl_sum_sink o = {loss, grad};
-    return member_pass(s, nA, active, W, scale, n_threads, sum_sink, &o);
+    if (nA == 0) return 0;
+    afl_member_init();
+    const int T = member_threads(n_threads, nA);
+    int failed = 0;
+#ifdef _OPENMP
+#pragma omp parallel num_threads(T)
+#endif
+    {
+        const int t = omp_get_thread_num();
+        int64_t a0, a1;
+        member_share(t, T, nA, &a0, &a1);
+        afl_sum_sink o = {loss + a0, grad + a0 * P};
+        if (member_range(s, a1 - a0, active + a0, W + a0 * P, scale + a0, 0, NULL, sum_sink, &o) != 0) {
+#ifdef _OPENMP
+#pragma omp atomic write
+#endif
+            failed = 1;
+        }
+    }
+    return failed ? -1 : 0;
 }
 
 /* The reduction tree of afl_member_eval_tree: a stack of nodes (level, index, present),
@@ -302,38 +332,32 @@ static void tree_skip_to(afl_tree_sink *t, int64_t leaf)
     while (t->next_leaf < leaf) tree_push(t, t->next_leaf++, 0);
 }
 
-static void tree_sink(void *ctx, int64_t sb, const double *part, int64_t nA, int64_t P, int64_t stride)
+/* Group g's sums (the member pass's unit g): absent leaves before it, then its leaf joins
+ * the tree (its buffer taken in exchange for a free slot: no copy). */
+static void tree_sink(void *ctx, int64_t g, double **part, int64_t nA, int64_t P, int64_t stride)
 {
     afl_tree_sink *t = (afl_tree_sink *)ctx;
     (void)nA; (void)P; (void)stride;
-    while (t->g < t->ng && sb >= t->gsb[t->g + 1]) t->g++;
-    double *acc = t->slot[t->depth];
-    if (sb == t->gsb[t->g]) {
-        /* a group starts: absent leaves before it, then its sums from zero: 0 + part is part
-         * (a part is sums from +0, never -0) */
-        tree_skip_to(t, t->gleaf[t->g]);
-        acc = t->slot[t->depth];
-        memcpy(acc, part, (size_t)t->len * sizeof(double));
-    } else {
-        for (int64_t e = 0; e < t->len; e++) acc[e] += part[e];
-    }
-    if (sb + 1 == t->gsb[t->g + 1]) {  /* the group ends: its leaf joins the tree */
-        tree_push(t, t->gleaf[t->g], 1);
-        t->next_leaf = t->gleaf[t->g] + 1;
-    }
+    tree_skip_to(t, t->gleaf[g]);
+    double *free_slot = t->slot[t->depth];
+    t->slot[t->depth] = *part;
+    *part = free_slot;
+    tree_push(t, t->gleaf[g], 1);
+    t->next_leaf = t->gleaf[g] + 1;
 }
 
-int afl_member_eval_tree(const afl_member_set *s, int64_t nA, const int64_t *active,
-                         const float *W, const double *scale, int64_t ng, const int64_t *gsb,
-                         const int64_t *gleaf, int64_t leaf_lo, int64_t leaf_hi, int64_t max_nodes,
-                         double *nodes, int64_t *level, int64_t *index, int64_t *n_nodes,
-                         int n_threads)
+/* One thread's reduction tree over its models [a0, a1) of afl_member_eval_tree: its nodes
+ * go to out_nodes (model rows a0.. of each node); thread 0 also writes level, index and the
+ * node count (the same for every thread: they depend on the groups alone). */
+static int member_tree_range(const afl_member_set *s, int64_t nA, int64_t a0, int64_t a1,
+                             const int64_t *active, const float *W, const double *scale,
+                             int64_t ng, const int64_t *gsb, const int64_t *gleaf, int64_t leaf_lo,
+                             int64_t leaf_hi, int64_t max_nodes, double *nodes, int64_t *level,
+                             int64_t *index, int64_t *n_nodes, int first)
 {
-    const int64_t stride = (int64_t)s->C * s->Dp + 1, len = nA * stride;
+    const int64_t stride = (int64_t)s->C * s->Dp + 1, P = stride - 1, len = (a1 - a0) * stride;
     afl_tree_sink t;
     int rc = 0;
-    *n_nodes = 0;
-    if (max_nodes < 1) return -1;
     t.gsb = gsb;
     t.gleaf = gleaf;
     t.ng = ng;
@@ -351,31 +375,69 @@ int afl_member_eval_tree(const afl_member_set *s, int64_t nA, const int64_t *act
     for (int64_t lv = leaf_hi - leaf_lo; lv > 0; lv >>= 1) n_slots++;
     n_slots = 2 * n_slots + 3;
     if (n_slots > cap) n_slots = cap;
-    double *pool = (double *)malloc((size_t)(n_slots * (len > 0 ? len : 1)) * sizeof(double));
-    if (!t.level || !t.index || !t.present || !t.slot || !pool) {
+    /* slots one allocation each: the sink swaps them with the pass's buffer */
+    int slots_ok = t.slot != NULL;
+    for (int64_t k = 0; slots_ok && k < n_slots; k++)
+        slots_ok = (t.slot[k] = (double *)malloc((size_t)(len > 0 ? len : 1) * sizeof(double))) != NULL;
+    if (!t.level || !t.index || !t.present || !slots_ok) {
         rc = -1;
     } else {
-        for (int64_t k = 0; k < n_slots; k++) t.slot[k] = pool + k * len;
-        if (ng > 0 && nA > 0) rc = member_pass(s, nA, active, W, scale, n_threads, tree_sink, &t);
+        if (ng > 0 && a1 > a0)
+            rc = member_range(s, a1 - a0, active + a0, W + a0 * P, scale + a0, ng, gsb, tree_sink, &t);
         if (rc == 0) {
             tree_skip_to(&t, leaf_hi);
             int64_t out = 0;
             for (int64_t k = 0; k < t.depth; k++) {
                 if (!t.present[k]) continue;
                 if (out >= max_nodes) { rc = -2; break; }
-                memcpy(nodes + out * len, t.slot[k], (size_t)len * sizeof(double));
-                level[out] = t.level[k];
-                index[out] = t.index[k];
+                memcpy(nodes + out * nA * stride + a0 * stride, t.slot[k], (size_t)len * sizeof(double));
+                if (first) {
+                    level[out] = t.level[k];
+                    index[out] = t.index[k];
+                }
                 out++;
             }
-            *n_nodes = out;
+            if (first) *n_nodes = out;
         }
     }
-    free(pool);
+    if (t.slot)
+        for (int64_t k = 0; k < n_slots; k++) free(t.slot[k]);
     free(t.level);
     free(t.index);
     free(t.present);
     free(t.slot);
+    return rc;
+}
+
+int afl_member_eval_tree(const afl_member_set *s, int64_t nA, const int64_t *active,
+                         const float *W, const double *scale, int64_t ng, const int64_t *gsb,
+                         const int64_t *gleaf, int64_t leaf_lo, int64_t leaf_hi, int64_t max_nodes,
+                         double *nodes, int64_t *level, int64_t *index, int64_t *n_nodes,
+                         int n_threads)
+{
+    *n_nodes = 0;
+    if (max_nodes < 1) return -1;
+    if (nA == 0 || ng == 0) return 0;
+    afl_member_init();
+    const int T = member_threads(n_threads, nA);
+    int rc = 0;
+#ifdef _OPENMP
+#pragma omp parallel num_threads(T)
+#endif
+    {
+        const int t = omp_get_thread_num();
+        int64_t a0, a1;
+        member_share(t, T, nA, &a0, &a1);
+        const int r = member_tree_range(s, nA, a0, a1, active, W, scale, ng, gsb, gleaf, leaf_lo,
+                                        leaf_hi, max_nodes, nodes, level, index, n_nodes, t == 0);
+        if (r != 0) {
+#ifdef _OPENMP
+#pragma omp critical(afl_member_tree_rc)
+#endif
+            if (rc == 0 || r == -1) rc = r;
+        }
+    }
+    if (rc != 0) *n_nodes = 0;
     return rc;
 }
 

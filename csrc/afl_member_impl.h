@@ -126,16 +126,18 @@ AFL_F(dot4)(const float *const x[4], const float *const xn[4], const float *rest
     for (int c = 0; c < cg; c++) AFL_F(reduce4)(acc[c][0], acc[c][1], acc[c][2], acc[c][3], res[c]);
 }
 
-/* Logits of the q member rows X[rows[i]] (stride ldx) for the class-major weights W (C x Dp),
- * over the feature vectors of one slice [v0, v1): Z[i * C + c] = the slice's dot product
- * (first slice) or Z + it (later slices).  Rows go four at a time; the last group is padded
- * with the last row, so every row's logits come from the same instructions. */
+/* Logits of the member rows X[rows[i]] (stride ldx), i_begin <= i < i_end (i_begin a multiple
+ * of four), for the class-major weights W (C x Dp), over the feature vectors of one slice
+ * [v0, v1): Z[i * C + c] = the slice's dot product (first slice) or Z + it (later slices).
+ * Rows go four at a time (i_begin, i_begin + 4, ...); a group reaching past the q rows is
+ * padded with the last row, so every row's logits come from the same instructions, whichever
+ * group it is in. */
 static void AFL_F(logits)(const float *X, int64_t ldx, int64_t Dp, const int32_t *rows,
-                          int64_t q, const float *W, int C, int64_t v0, int64_t v1, int rem,
-                          int first, float *Z)
+                          int64_t q, int64_t i_begin, int64_t i_end, const float *W, int C,
+                          int64_t v0, int64_t v1, int rem, int first, float *Z)
 {
     float res[4][4];
-    for (int64_t i0 = 0; i0 < q; i0 += 4) {
+    for (int64_t i0 = i_begin; i0 < i_end; i0 += 4) {
         const float *x[4], *xn[4];
         for (int r = 0; r < 4; r++) {
             x[r] = X + (int64_t)rows[i0 + r < q ? i0 + r : q - 1] * ldx;
@@ -370,24 +372,57 @@ static void AFL_F(super_block)(const afl_member_set *s, int64_t sb, int64_t nA,
     }
     if (Q == 0) return;
     const int64_t nvec = (D + AFL_VL - 1) / AFL_VL;
+    /* logits: slices of up to AFL_LOGIT_SLICE floats (fixed by D), in sub-blocks of as many
+     * rows as keep a slice of them within AFL_LOGIT_L2 bytes */
+    const int64_t nsl = (nvec * AFL_VL + AFL_LOGIT_SLICE - 1) / AFL_LOGIT_SLICE;
+    const int64_t slice_bytes = (nvec + nsl - 1) / nsl * AFL_VL * 4;
+    const int64_t sub = AFL_LOGIT_L2 / slice_bytes > 16 ? AFL_LOGIT_L2 / slice_bytes : 16;
+    /* the gradient: slices of about AFL_MEMBER_SLICE floats */
     const int64_t ns = (nvec * AFL_VL + AFL_MEMBER_SLICE - 1) / AFL_MEMBER_SLICE;
-    int64_t v0, v1, p0, p1;
+    int64_t v0, v1, p0 = 0, p1 = 0;
     int rem, prem;
+    int64_t *beg = w->cur, *end = w->cur + nA;
     for (int64_t rb = rb0; rb < rb1; rb++) {
         const int64_t *off = w->off + (rb - rb0) * A1;
         if (off[nA] == off[0]) continue;
-        const int64_t r0 = s->row_blocks[rb], nr = s->row_blocks[rb + 1] - r0;
-        for (int64_t k = 0; k < ns; k++) {
-            AFL_F(slice)(D, nvec, ns, k, &v0, &v1, &rem);
-            if (k + 1 < ns) AFL_F(slice)(D, nvec, ns, k + 1, &p0, &p1, &prem);
+        const int64_t r0 = s->row_blocks[rb], r1 = s->row_blocks[rb + 1];
+        for (int64_t a = 0; a < nA; a++) end[a] = 0;
+        for (int64_t s0 = r0; s0 < r1; s0 += sub) {
+            const int64_t s1 = s0 + sub < r1 ? s0 + sub : r1;
+            /* each model's groups of four rows that start in this sub-block (a group may
+             * reach into the next one: its logits do not depend on where it is cut) */
             for (int64_t a = 0; a < nA; a++) {
-                if (k + 1 < ns)
-                    AFL_F(prefetch_slice)(s, r0 + a * nr / nA, r0 + (a + 1) * nr / nA, p0, p1);
                 const int64_t q = off[a + 1] - off[a];
-                if (q <= 0) continue;
                 const int32_t *rows = s->mrows + s->mptr[active[a] * L + rb];
-                AFL_F(logits)(s->X, s->ldx, Dp, rows, q, W + a * P, C, v0, v1, rem, k == 0,
-                              w->Z + (off[a] - off[0]) * C);
+                int64_t e = end[a];
+                beg[a] = e;
+                while (e < q && rows[e] < s1) e += 4;
+                end[a] = e;
+            }
+            for (int64_t k = 0; k < nsl; k++) {
+                AFL_F(slice)(D, nvec, nsl, k, &v0, &v1, &rem);
+                /* while this slice is in use: the sub-block's next slice, or the next
+                 * sub-block's (or row block's) first */
+                int64_t n0 = s0, n1 = s1;
+                if (k + 1 < nsl) AFL_F(slice)(D, nvec, nsl, k + 1, &p0, &p1, &prem);
+                else {
+                    AFL_F(slice)(D, nvec, nsl, 0, &p0, &p1, &prem);
+                    n0 = s1;
+                    n1 = s1 < r1 ? (s1 + sub < r1 ? s1 + sub : r1)
+                       : rb + 1 < rb1 ? (s->row_blocks[rb + 2] - r1 < sub ? s->row_blocks[rb + 2]
+                                                                          : r1 + sub)
+                       : r1;
+                }
+                const int64_t nn = n1 - n0;
+                for (int64_t a = 0; a < nA; a++) {
+                    if (nn > 0)
+                        AFL_F(prefetch_slice)(s, n0 + a * nn / nA, n0 + (a + 1) * nn / nA, p0, p1);
+                    if (end[a] <= beg[a]) continue;
+                    const int64_t q = off[a + 1] - off[a];
+                    const int32_t *rows = s->mrows + s->mptr[active[a] * L + rb];
+                    AFL_F(logits)(s->X, s->ldx, Dp, rows, q, beg[a], end[a], W + a * P, C, v0, v1,
+                                  rem, k == 0, w->Z + (off[a] - off[0]) * C);
+                }
             }
         }
         for (int64_t a = 0; a < nA; a++) {

@@ -8,7 +8,11 @@ b. ``make_problem`` (the function ``skewed_problem``): random classification pro
    well defined and not separable.
 c. ``readonly_memmap``: writes an array to ``tmp_path`` and reopens it as a read-only
    ``np.memmap``, the first-class out-of-core input.
-d. OpenMP threads wait passively between parallel regions during the tests (unless the
+d. ``small_reduction_groups``: reduction groups of 512 rows (``kernel.REDUCE_MIN_ROWS``)
+   instead of the default 8192, so that the small X of a test still forms several groups and
+   the tests of sums split among processes (Dask, the reduction tree) split them for real.
+   Workers take the group size from the client, so the setting reaches them.
+e. OpenMP threads wait passively between parallel regions during the tests (unless the
    environment says otherwise).  On this shared 2-core machine under load, libgomp's default
    spin-waiting made every 2-thread kernel call 10-60x slower than the 1-thread one (the
    kernel opens several short parallel regions per L-BFGS round), which would make the
@@ -21,6 +25,13 @@ os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+
+
+@pytest.fixture
+def small_reduction_groups(monkeypatch):
+    """Reduction groups of 512 rows for this test (see the module docstring, d)."""
+    from aflite_fast import kernel
+    monkeypatch.setattr(kernel, "REDUCE_MIN_ROWS", 512)
 
 
 @pytest.fixture

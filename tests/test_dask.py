@@ -28,6 +28,10 @@ from aflite_fast.distributed import (DaskEmbeddings, as_dask_array, close_client
 from aflite_fast.kernel import SolverOptions  # noqa: E402
 
 
+# several reduction groups even on the small X of these tests
+pytestmark = pytest.mark.usefixtures("small_reduction_groups")
+
+
 @pytest.fixture
 def seed():
     """Seed of every random draw here (AFLITE_FAST_TEST_SEED overrides, as in the other tests)."""

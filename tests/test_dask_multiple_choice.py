@@ -28,6 +28,10 @@ from aflite_fast.distributed import DaskEmbeddings, scan_rows_dask, score_phase_
 from aflite_fast.kernel import SolverOptions, reduction_group_rows  # noqa: E402
 
 
+# several reduction groups even on the small X of these tests
+pytestmark = pytest.mark.usefixtures("small_reduction_groups")
+
+
 @pytest.fixture
 def seed():
     return int(os.environ.get("AFLITE_FAST_TEST_SEED", "0"))

@@ -18,6 +18,10 @@ from aflite_fast import multiple_choice as mc
 from aflite_fast.losses import resolve_loss
 
 
+# several reduction groups even on the small X of these tests
+pytestmark = pytest.mark.usefixtures("small_reduction_groups")
+
+
 @pytest.fixture
 def seed():
     return int(os.environ.get("AFLITE_FAST_TEST_SEED", "0"))
