@@ -30,6 +30,12 @@ typedef struct {
     int32_t *yl;
     int64_t *off;          /* where each (row block, model) starts in R (see super_block) */
     int64_t *cur;          /* 2 x models: each model's groups of rows in a sub-block */
+    /* multiple choice item by item (NULL otherwise): per row block of a super-block its
+     * items (ni), their model lists (istart, imax + 1 per row block; imodel, iidx), and
+     * the models' running gradient sums of a slice (gf, ldg floats per model) */
+    int64_t *ni, imax, ldg;
+    int32_t *istart, *imodel, *iidx;
+    float *gf;
     double *work;
 } afl_member_scratch;
 
@@ -204,7 +210,22 @@ static int member_range(const afl_member_set *s, int64_t nA, const int64_t *acti
     w.off = (int64_t *)malloc((size_t)((nA + 1) * (rbmax > 0 ? rbmax : 1)) * sizeof(int64_t));
     w.work = (double *)malloc((size_t)nwork * sizeof(double));
     w.cur = (int64_t *)malloc((size_t)(2 * nA) * sizeof(int64_t));
-    const int ok = part && w.Z && w.R && w.zb && w.yl && w.off && w.work && w.cur;
+    w.ni = NULL;
+    w.istart = w.imodel = w.iidx = NULL;
+    w.gf = NULL;
+    w.imax = qmax / 2 + 1;
+    w.ldg = AFL_MEMBER_SLICE + 32;  /* a gradient slice's floats, whatever the vector width */
+    int item_ok = 1;
+    if (C == 1 && G >= 2 && G <= 4) {
+        const int64_t nrbs = rbmax > 0 ? rbmax : 1, ne = qsb / 2 + 1;
+        w.ni = (int64_t *)malloc((size_t)nrbs * sizeof(int64_t));
+        w.istart = (int32_t *)malloc((size_t)(nrbs * (w.imax + 1)) * sizeof(int32_t));
+        w.imodel = (int32_t *)malloc((size_t)ne * sizeof(int32_t));
+        w.iidx = (int32_t *)malloc((size_t)ne * sizeof(int32_t));
+        w.gf = (float *)malloc((size_t)(nA * w.ldg) * sizeof(float));
+        item_ok = w.ni && w.istart && w.imodel && w.iidx && w.gf;
+    }
+    const int ok = part && w.Z && w.R && w.zb && w.yl && w.off && w.work && w.cur && item_ok;
     for (int64_t u = 0; ok && u < nu; u++) {
         memset(part, 0, (size_t)(nA * stride) * sizeof(double));
         const int64_t sb0 = units ? units[u] : u, sb1 = units ? units[u + 1] : u + 1;
@@ -219,6 +240,11 @@ static int member_range(const afl_member_set *s, int64_t nA, const int64_t *acti
     free(w.off);
     free(w.work);
     free(w.cur);
+    free(w.ni);
+    free(w.istart);
+    free(w.imodel);
+    free(w.iidx);
+    free(w.gf);
     return ok ? 0 : -1;
 }
 

@@ -5,6 +5,10 @@
 #define AFL_CAT(a, b) AFL_CAT_(a, b)
 #define AFL_F(name) AFL_CAT(name, AFL_SFX)
 
+#ifndef AFL_ITEM_AHEAD
+#define AFL_ITEM_AHEAD 4
+#endif
+
 #ifndef AFL_PIN
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(_M_X64))
 #define AFL_PIN(v) __asm__("" : "+v"(v))
@@ -73,12 +77,14 @@ AFL_F(reduce4)(AFL_F(mvf_t) a, AFL_F(mvf_t) b, AFL_F(mvf_t) c, AFL_F(mvf_t) d, f
 }
 
 /* res[c][r] = x[r] . w[c] over the feature vectors v0 <= v < v1 for four rows and cg <= 4
- * classes (w: cg class rows of stride Dp, zero beyond D): a vector accumulator per (row,
- * class) over the features in order, the last vector of the rows read masked when it holds
- * only `rem` < VL features, the lanes summed by reduce4. */
+ * weight vectors (class rows of a model, or one row each of several models; zero beyond D):
+ * a vector accumulator per (row, weight vector) over the features in order, the last vector
+ * of the rows read masked when it holds only `rem` < VL features, the lanes summed by
+ * reduce4.  So a row's dot product with a weight vector comes from the same instructions
+ * whichever rows and weight vectors share the call. */
 static inline __attribute__((always_inline)) void
-AFL_F(dot4)(const float *const x[4], const float *const xn[4], const float *restrict w,
-            int64_t v0, int64_t v1, int rem, int64_t Dp, int cg, float res[4][4])
+AFL_F(dot4)(const float *const x[4], const float *const xn[4], const float *const w[4],
+            int64_t v0, int64_t v1, int rem, int cg, float res[4][4])
 {
     const int64_t nv = rem ? v1 - 1 : v1;
     const AFL_F(mvf_t) zero = {0};
@@ -106,7 +112,7 @@ AFL_F(dot4)(const float *const x[4], const float *const xn[4], const float *rest
         }
 #pragma GCC unroll 4
         for (int c = 0; c < cg; c++) {
-            AFL_F(mvf_t) wv = *(const AFL_F(mvf_t) *)(w + c * Dp + v * AFL_VL);
+            AFL_F(mvf_t) wv = *(const AFL_F(mvf_t) *)(w[c] + v * AFL_VL);
 #pragma GCC unroll 4
             for (int r = 0; r < 4; r++) acc[c][r] += xv[r] * wv;
         }
@@ -117,7 +123,7 @@ AFL_F(dot4)(const float *const x[4], const float *const xn[4], const float *rest
         for (int r = 0; r < 4; r++) xv[r] = AFL_F(load_part)(x[r] + nv * AFL_VL, rem);
 #pragma GCC unroll 4
         for (int c = 0; c < cg; c++) {
-            AFL_F(mvf_t) wv = *(const AFL_F(mvf_t) *)(w + c * Dp + nv * AFL_VL);
+            AFL_F(mvf_t) wv = *(const AFL_F(mvf_t) *)(w[c] + nv * AFL_VL);
 #pragma GCC unroll 4
             for (int r = 0; r < 4; r++) acc[c][r] += xv[r] * wv;
         }
@@ -146,13 +152,14 @@ static void AFL_F(logits)(const float *X, int64_t ldx, int64_t Dp, const int32_t
         int nr = q - i0 < 4 ? (int)(q - i0) : 4;
         for (int c0 = 0; c0 < C; c0 += 4) {
             int cg = C - c0 < 4 ? C - c0 : 4;
-            const float *w = W + (int64_t)c0 * Dp;
+            const float *w[4];
+            for (int c = 0; c < 4; c++) w[c] = W + (int64_t)(c0 + (c < cg ? c : 0)) * Dp;
             /* constant class counts, so each call site keeps its accumulators in registers */
             switch (cg) {
-            case 1: AFL_F(dot4)(x, xn, w, v0, v1, rem, Dp, 1, res); break;
-            case 2: AFL_F(dot4)(x, xn, w, v0, v1, rem, Dp, 2, res); break;
-            case 3: AFL_F(dot4)(x, xn, w, v0, v1, rem, Dp, 3, res); break;
-            default: AFL_F(dot4)(x, xn, w, v0, v1, rem, Dp, 4, res); break;
+            case 1: AFL_F(dot4)(x, xn, w, v0, v1, rem, 1, res); break;
+            case 2: AFL_F(dot4)(x, xn, w, v0, v1, rem, 2, res); break;
+            case 3: AFL_F(dot4)(x, xn, w, v0, v1, rem, 3, res); break;
+            default: AFL_F(dot4)(x, xn, w, v0, v1, rem, 4, res); break;
             }
             float *z = Z + i0 * C + c0;
             if (first)
@@ -344,6 +351,179 @@ static inline void AFL_F(prefetch_slice)(const afl_member_set *s, int64_t r0, in
     }
 }
 
+/* Multiple choice with 2 <= G <= 4 candidates per item (C == 1) goes item by item instead of
+ * model by model: a row of a model's logits or gradient then costs one load per multiply-add
+ * (one output per row), while an item's G candidate rows, held in registers, serve every model
+ * that trains on the item (about 6 of 64 at t/N = 0.1, 32 at 0.5), so a weight or gradient
+ * vector load feeds G multiply-adds.  Each dot product and each gradient element takes the
+ * same instructions in the same order as model by model (dot4 over the same slices; a chain
+ * over the model's rows in row order from zero, added in double per row block), so the two
+ * orders give the same bits. */
+
+/* The items of row block rb and, for each, the models (indices into active[0..nA)) that train
+ * on it, in model order: item it's models are imodel[istart[it] .. istart[it + 1]) and iidx
+ * the item's first candidate among that model's rows of the row block.  Returns the items. */
+static int64_t AFL_F(item_lists)(const afl_member_set *s, int64_t rb, int64_t nA,
+                                 const int64_t *active, const int64_t *off, int32_t *istart,
+                                 int32_t *imodel, int32_t *iidx)
+{
+    const int G = s->G;
+    const int64_t L = s->nrb + 1, r0 = s->row_blocks[rb], ni = (s->row_blocks[rb + 1] - r0) / G;
+    for (int64_t it = 0; it <= ni; it++) istart[it] = 0;
+    for (int64_t a = 0; a < nA; a++) {
+        const int64_t q = off[a + 1] - off[a];
+        const int32_t *rows = s->mrows + s->mptr[active[a] * L + rb];
+        for (int64_t i = 0; i < q; i += G) istart[(rows[i] - r0) / G + 1]++;
+    }
+    for (int64_t it = 0; it < ni; it++) istart[it + 1] += istart[it];
+    /* fill with istart[it] as item it's cursor, then shift the ends back to starts */
+    for (int64_t a = 0; a < nA; a++) {
+        const int64_t q = off[a + 1] - off[a];
+        const int32_t *rows = s->mrows + s->mptr[active[a] * L + rb];
+        for (int64_t i = 0; i < q; i += G) {
+            const int32_t p = istart[(rows[i] - r0) / G]++;
+            imodel[p] = (int32_t)a;
+            iidx[p] = (int32_t)i;
+        }
+    }
+    for (int64_t it = ni; it > 0; it--) istart[it] = istart[it - 1];
+    istart[0] = 0;
+    return ni;
+}
+
+/* Logits (scores) of every item of row block rb for each model that trains on it, over the
+ * feature vectors [v0, v1) of a logit slice: into Z as AFL_F(logits) writes them (model a's
+ * rows at Z + off[a] - off[0]).  Models go four at a time with the item's candidates padded
+ * to four rows (copies of the last, dropped). */
+static void AFL_F(item_logits)(const afl_member_set *s, int64_t rb, int64_t ni,
+                               const int32_t *istart, const int32_t *imodel, const int32_t *iidx,
+                               const int64_t *off, const float *W, int64_t P, int64_t v0,
+                               int64_t v1, int rem, int first, float *Z)
+{
+    const int G = s->G;
+    const int64_t r0 = s->row_blocks[rb], ldx = s->ldx;
+    float res[4][4];
+    for (int64_t it = 0; it < ni; it++) {
+        const int32_t p0 = istart[it], p1 = istart[it + 1];
+        if (p0 == p1) continue;
+        const int64_t row = r0 + it * G, next = it + 1 < ni ? row + G : row;
+        /* items AFL_ITEM_AHEAD on into L2 (the next one into L1 comes with dot4) */
+        if (it + AFL_ITEM_AHEAD < ni)
+            AFL_F(prefetch_slice)(s, row + AFL_ITEM_AHEAD * G, row + (AFL_ITEM_AHEAD + 1) * G, v0, v1);
+        const float *x[4], *xn[4];
+        for (int c = 0; c < 4; c++) {
+            x[c] = s->X + (row + (c < G ? c : G - 1)) * ldx;
+            xn[c] = s->X + (next + (c < G ? c : G - 1)) * ldx;
+        }
+        for (int32_t p = p0; p < p1; p += 4) {
+            const int M = p1 - p < 4 ? p1 - p : 4;
+            const float *w[4];
+            for (int m = 0; m < 4; m++) w[m] = W + (int64_t)imodel[p + (m < M ? m : 0)] * P;
+            switch (M) {
+            case 1: AFL_F(dot4)(x, xn, w, v0, v1, rem, 1, res); break;
+            case 2: AFL_F(dot4)(x, xn, w, v0, v1, rem, 2, res); break;
+            case 3: AFL_F(dot4)(x, xn, w, v0, v1, rem, 3, res); break;
+            default: AFL_F(dot4)(x, xn, w, v0, v1, rem, 4, res); break;
+            }
+            for (int m = 0; m < M; m++) {
+                float *z = Z + (off[imodel[p + m]] - off[0]) + iidx[p + m];
+                if (first)
+                    for (int c = 0; c < G; c++) z[c] = res[m][c];
+                else
+                    for (int c = 0; c < G; c++) z[c] += res[m][c];
+            }
+        }
+    }
+}
+
+/* g[m][0 .. nv * VL) += sum over the G candidates, in order, of r[m][c] x[c] for M models (the
+ * vectors of the slice; the last read masked when `rem`): float32 FMAs into the models'
+ * running sums in memory. */
+static inline __attribute__((always_inline)) void
+AFL_F(item_grad_tile)(const float *const x[4], int G, const float r[4][4], float *const g[4],
+                      int M, int64_t nv, int rem)
+{
+    AFL_F(mvf_t) rv[4][4];
+#pragma GCC unroll 4
+    for (int m = 0; m < M; m++)
+#pragma GCC unroll 4
+        for (int c = 0; c < G; c++) {
+            const float rc = r[m][c];
+            rv[m][c] = rc - (AFL_F(mvf_t)){0};  /* rc in every lane (x - 0 == x, -0 too) */
+        }
+    for (int64_t v = 0; v < nv; v++) {
+        AFL_F(mvf_t) xv[4];
+#pragma GCC unroll 4
+        for (int c = 0; c < G; c++) {
+            xv[c] = (rem && v == nv - 1) ? AFL_F(load_part)(x[c] + v * AFL_VL, rem)
+                                         : *(const AFL_F(mvf_t) *)(x[c] + v * AFL_VL);
+            AFL_PIN(xv[c]);
+        }
+#pragma GCC unroll 4
+        for (int m = 0; m < M; m++) {
+            AFL_F(mvf_t) gv = *(AFL_F(mvf_t) *)(g[m] + v * AFL_VL);
+#pragma GCC unroll 4
+            for (int c = 0; c < G; c++) gv += xv[c] * rv[m][c];
+            *(AFL_F(mvf_t) *)(g[m] + v * AFL_VL) = gv;
+        }
+    }
+}
+
+#define AFL_ITEM_GRAD_M(Gv)                                                   \
+    switch (M) {                                                              \
+    case 1: AFL_F(item_grad_tile)(x, Gv, r, g, 1, nv, rem); break;            \
+    case 2: AFL_F(item_grad_tile)(x, Gv, r, g, 2, nv, rem); break;            \
+    case 3: AFL_F(item_grad_tile)(x, Gv, r, g, 3, nv, rem); break;            \
+    default: AFL_F(item_grad_tile)(x, Gv, r, g, 4, nv, rem); break;           \
+    }
+
+/* The gradient of every model over its items of row block rb, for the feature vectors
+ * [v0, v1) of a gradient slice: running float sums per model (gf, ldg floats per model) from
+ * zero over the items in row order, then added in double to part (model a at a * stride),
+ * for the models with rows in the row block.  R: the logit gradients as AFL_F(super_block)
+ * holds them (model a's rows of the row block at R + off[a]). */
+static void AFL_F(item_grad)(const afl_member_set *s, int64_t rb, int64_t ni, int64_t nA,
+                             const int32_t *istart, const int32_t *imodel, const int32_t *iidx,
+                             const int64_t *off, const float *R, int64_t v0, int64_t v1, int rem,
+                             float *gf, int64_t ldg, double *part, int64_t stride)
+{
+    const int G = s->G;
+    const int64_t r0 = s->row_blocks[rb], ldx = s->ldx, nv = v1 - v0;
+    for (int64_t a = 0; a < nA; a++)
+        if (off[a + 1] > off[a]) memset(gf + a * ldg, 0, (size_t)(nv * AFL_VL) * sizeof(float));
+    for (int64_t it = 0; it < ni; it++) {
+        const int32_t p0 = istart[it], p1 = istart[it + 1];
+        if (p0 == p1) continue;
+        const int64_t row = r0 + it * G;
+        if (it + AFL_ITEM_AHEAD < ni)
+            AFL_F(prefetch_slice)(s, row + AFL_ITEM_AHEAD * G, row + (AFL_ITEM_AHEAD + 1) * G, v0, v1);
+        const float *x[4];
+        for (int c = 0; c < 4; c++) x[c] = s->X + (row + (c < G ? c : G - 1)) * ldx + v0 * AFL_VL;
+        for (int32_t p = p0; p < p1; p += 4) {
+            const int M = p1 - p < 4 ? p1 - p : 4;
+            float r[4][4] = {{0}};
+            float *g[4];
+            for (int m = 0; m < 4; m++) {
+                const int32_t a = imodel[p + (m < M ? m : 0)];
+                g[m] = gf + a * ldg;
+                for (int c = 0; c < G; c++) r[m][c] = R[off[a] + iidx[p + (m < M ? m : 0)] + c];
+            }
+            switch (G) {
+            case 2: AFL_ITEM_GRAD_M(2) break;
+            case 3: AFL_ITEM_GRAD_M(3) break;
+            default: AFL_ITEM_GRAD_M(4) break;
+            }
+        }
+    }
+    for (int64_t a = 0; a < nA; a++) {
+        if (off[a + 1] == off[a]) continue;
+        for (int64_t v = 0; v < nv; v++)
+            AFL_F(add_double)(part + a * stride + (v0 + v) * AFL_VL,
+                              *(const AFL_F(mvf_t) *)(gf + a * ldg + v * AFL_VL));
+    }
+}
+#undef AFL_ITEM_GRAD_M
+
 /* Every active model over its member rows of the row blocks of super-block sb:
  * part[a * stride + 0 : C * Dp] += the gradient (class-major), part[a * stride + C * Dp] +=
  * the loss.  Features go in slices of about AFL_MEMBER_SLICE floats.  Row block by row
@@ -382,46 +562,65 @@ static void AFL_F(super_block)(const afl_member_set *s, int64_t sb, int64_t nA,
     int64_t v0, v1, p0 = 0, p1 = 0;
     int rem, prem;
     int64_t *beg = w->cur, *end = w->cur + nA;
+    /* multiple choice of 2-4 candidates: item by item (see AFL_F(item_lists)) */
+    const int item_major = C == 1 && s->G >= 2 && s->G <= 4 && w->istart != NULL;
+    const int64_t ist = w->imax + 1;
+    if (item_major)
+        for (int64_t rb = rb0; rb < rb1; rb++) {
+            const int64_t *off = w->off + (rb - rb0) * A1, e0 = off[0] / s->G;
+            w->ni[rb - rb0] = AFL_F(item_lists)(s, rb, nA, active, off, w->istart + (rb - rb0) * ist,
+                                                w->imodel + e0, w->iidx + e0);
+        }
     for (int64_t rb = rb0; rb < rb1; rb++) {
         const int64_t *off = w->off + (rb - rb0) * A1;
         if (off[nA] == off[0]) continue;
         const int64_t r0 = s->row_blocks[rb], r1 = s->row_blocks[rb + 1];
-        for (int64_t a = 0; a < nA; a++) end[a] = 0;
-        for (int64_t s0 = r0; s0 < r1; s0 += sub) {
-            const int64_t s1 = s0 + sub < r1 ? s0 + sub : r1;
-            /* each model's groups of four rows that start in this sub-block (a group may
-             * reach into the next one: its logits do not depend on where it is cut) */
-            for (int64_t a = 0; a < nA; a++) {
-                const int64_t q = off[a + 1] - off[a];
-                const int32_t *rows = s->mrows + s->mptr[active[a] * L + rb];
-                int64_t e = end[a];
-                beg[a] = e;
-                while (e < q && rows[e] < s1) e += 4;
-                end[a] = e;
-            }
+        if (item_major) {
+            const int64_t e0 = off[0] / s->G;
             for (int64_t k = 0; k < nsl; k++) {
                 AFL_F(slice)(D, nvec, nsl, k, &v0, &v1, &rem);
-                /* while this slice is in use: the sub-block's next slice, or the next
-                 * sub-block's (or row block's) first */
-                int64_t n0 = s0, n1 = s1;
-                if (k + 1 < nsl) AFL_F(slice)(D, nvec, nsl, k + 1, &p0, &p1, &prem);
-                else {
-                    AFL_F(slice)(D, nvec, nsl, 0, &p0, &p1, &prem);
-                    n0 = s1;
-                    n1 = s1 < r1 ? (s1 + sub < r1 ? s1 + sub : r1)
-                       : rb + 1 < rb1 ? (s->row_blocks[rb + 2] - r1 < sub ? s->row_blocks[rb + 2]
-                                                                          : r1 + sub)
-                       : r1;
-                }
-                const int64_t nn = n1 - n0;
+                AFL_F(item_logits)(s, rb, w->ni[rb - rb0], w->istart + (rb - rb0) * ist,
+                                   w->imodel + e0, w->iidx + e0, off, W, P, v0, v1, rem, k == 0, w->Z);
+            }
+        }
+        else {
+            for (int64_t a = 0; a < nA; a++) end[a] = 0;
+            for (int64_t s0 = r0; s0 < r1; s0 += sub) {
+                const int64_t s1 = s0 + sub < r1 ? s0 + sub : r1;
+                /* each model's groups of four rows that start in this sub-block (a group may
+                 * reach into the next one: its logits do not depend on where it is cut) */
                 for (int64_t a = 0; a < nA; a++) {
-                    if (nn > 0)
-                        AFL_F(prefetch_slice)(s, n0 + a * nn / nA, n0 + (a + 1) * nn / nA, p0, p1);
-                    if (end[a] <= beg[a]) continue;
                     const int64_t q = off[a + 1] - off[a];
                     const int32_t *rows = s->mrows + s->mptr[active[a] * L + rb];
-                    AFL_F(logits)(s->X, s->ldx, Dp, rows, q, beg[a], end[a], W + a * P, C, v0, v1,
-                                  rem, k == 0, w->Z + (off[a] - off[0]) * C);
+                    int64_t e = end[a];
+                    beg[a] = e;
+                    while (e < q && rows[e] < s1) e += 4;
+                    end[a] = e;
+                }
+                for (int64_t k = 0; k < nsl; k++) {
+                    AFL_F(slice)(D, nvec, nsl, k, &v0, &v1, &rem);
+                    /* while this slice is in use: the sub-block's next slice, or the next
+                     * sub-block's (or row block's) first */
+                    int64_t n0 = s0, n1 = s1;
+                    if (k + 1 < nsl) AFL_F(slice)(D, nvec, nsl, k + 1, &p0, &p1, &prem);
+                    else {
+                        AFL_F(slice)(D, nvec, nsl, 0, &p0, &p1, &prem);
+                        n0 = s1;
+                        n1 = s1 < r1 ? (s1 + sub < r1 ? s1 + sub : r1)
+                           : rb + 1 < rb1 ? (s->row_blocks[rb + 2] - r1 < sub ? s->row_blocks[rb + 2]
+                                                                              : r1 + sub)
+                           : r1;
+                    }
+                    const int64_t nn = n1 - n0;
+                    for (int64_t a = 0; a < nA; a++) {
+                        if (nn > 0)
+                            AFL_F(prefetch_slice)(s, n0 + a * nn / nA, n0 + (a + 1) * nn / nA, p0, p1);
+                        if (end[a] <= beg[a]) continue;
+                        const int64_t q = off[a + 1] - off[a];
+                        const int32_t *rows = s->mrows + s->mptr[active[a] * L + rb];
+                        AFL_F(logits)(s->X, s->ldx, Dp, rows, q, beg[a], end[a], W + a * P, C, v0, v1,
+                                      rem, k == 0, w->Z + (off[a] - off[0]) * C);
+                    }
                 }
             }
         }
@@ -446,6 +645,14 @@ static void AFL_F(super_block)(const afl_member_set *s, int64_t sb, int64_t nA,
         AFL_F(slice)(D, nvec, ns, k, &v0, &v1, &rem);
         for (int64_t rb = rb0; rb < rb1; rb++) {
             const int64_t *off = w->off + (rb - rb0) * A1;
+            if (item_major) {
+                if (off[nA] == off[0]) continue;
+                const int64_t e0 = off[0] / s->G;
+                AFL_F(item_grad)(s, rb, w->ni[rb - rb0], nA, w->istart + (rb - rb0) * ist,
+                                 w->imodel + e0, w->iidx + e0, off, w->R, v0, v1, rem, w->gf,
+                                 w->ldg, part, stride);
+                continue;
+            }
             /* while this row block's slice is in use: the next row block's, or the first
              * row block's next slice */
             int64_t nb = rb + 1 < rb1 ? rb + 1 : rb0;
