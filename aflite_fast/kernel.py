@@ -45,15 +45,15 @@ COL_BLOCK = 256
 #: A super-block (a run of row blocks whose gradient sums are taken slice by slice, so each
 #: model's double sums of a slice stay in a core's cache) holds about this many bytes of rows.
 SUPER_BLOCK_BYTES = 4 << 20
-#: Leaves of the reduction tree of a phase's sums (a power of two): the rows of X form this
-#: many groups of consecutive rows (:func:`reduction_group_rows`); a model's sums over each
+#: Leaves of the reduction tree of a phase's sums (a power of two): the rows of X form at most
+#: this many groups of consecutive rows (:func:`reduction_group_rows`); a model's sums over each
 #: group are added up by a fixed binary tree, so that processes holding whole groups compute
 #: partial sums that add up to the same bits (``_kernel.member_eval_tree``).
 REDUCE_LEAVES = 64
-#: Rows of a reduction group at least: small X is one group.  Each group costs every model a
+#: Rows of a reduction group at least (:func:`reduction_group_rows`).  Each group costs every model a
 #: set of double sums (C x D each) zeroed, handed to the tree and added there; at t/N = 0.1
-#: that was 17% of the member pass at N = 200,000 with groups of 3,125 rows (64 groups) against
-#: groups of 8,192 (benchmarks/member_rate.py).
+#: that was 17% of the member pass at N = 200,000 with 64 groups of 3,125 rows against 25 groups
+#: of 8,192 (benchmarks/member_rate.py).
 REDUCE_MIN_ROWS = 8192
 #: Rows of the sample a preconditioner is estimated from: this many per column, at least
 #: :data:`PRECOND_MIN_ROWS` (all rows when there are fewer), at most
@@ -498,10 +498,16 @@ def item_blocks(positions, group):
 
 
 def reduction_group_rows(n_rows):
-    """Rows of X per group of the reduction tree: X's rows split into at most
-    :data:`REDUCE_LEAVES` runs of consecutive rows, at least :data:`REDUCE_MIN_ROWS` each.
-    A function of the number of rows of X alone."""
-    return max(REDUCE_MIN_ROWS, -(-int(n_rows) // REDUCE_LEAVES))
+    """Rows of X per group of the reduction tree: X's rows split into a power of two of runs
+    of consecutive rows, at most :data:`REDUCE_LEAVES`, each of at least
+    :data:`REDUCE_MIN_ROWS` rows (small X is one group).  A power of two of groups lets a
+    power of two of Dask workers hold one whole subtree each (one partial sum per round).  A
+    function of the number of rows of X alone."""
+    n_rows = int(n_rows)
+    groups = 1
+    while groups * 2 <= REDUCE_LEAVES and n_rows >= groups * 2 * REDUCE_MIN_ROWS:
+        groups *= 2
+    return max(1, -(-n_rows // groups))
 
 
 def reduction_layout(positions, leaves, n_columns, group=1):

@@ -122,9 +122,9 @@ def test_score_phase_bitwise_shards_float16_blocks(client, seed, tmp_path):
         paths.append(tmp_path / f"shard{i}.npy")
         np.save(paths[-1], X[bounds[i]:bounds[i + 1]])
     Xd = DaskEmbeddings(paths, client, chunk_rows=300)
-    # groups of 512 rows, 3 to each worker; chunks of at most 300 rows within each worker's rows
+    # two groups of 750 rows, one to each worker; chunks of at most 300 rows within each worker's rows
     assert Xd.shape == X.shape and Xd.dtype == np.float16 and Xd.n_chunks == 6
-    assert [r[1:5] for r in Xd.ranges] == [(0, 2, 0, 1024), (2, 64, 1024, 1500)]
+    assert [r[1:5] for r in Xd.ranges] == [(0, 1, 0, 750), (1, 64, 750, 1500)]
     center = scan_rows(X).astype(np.float32)
     np.testing.assert_array_equal(scan_rows_dask(Xd).astype(np.float32), center)
 
@@ -152,7 +152,7 @@ def test_score_phase_bitwise_shards_float16_blocks(client, seed, tmp_path):
     assert moved["predict_weights"] == 2 * (X.shape[1] + 1) * 6 * 2 * 4
     # the preconditioner's sample (every active row here) is sent to the worker holding most of
     # it, and the (D x D) preconditioner comes back
-    on_each = np.diff(np.searchsorted(active, [0, 1024, 1500]))
+    on_each = np.diff(np.searchsorted(active, [0, 750, 1500]))
     assert moved["precond_rows"] == (active.size - on_each.max()) * 21 * 4 + 21 * 21 * 4
     assert remote.rounds == local.n_eval.max()  # every round evaluates the models still running
     assert moved["weights_out"] > 0 and moved["sums_back"] > 0
@@ -162,8 +162,8 @@ def test_score_phase_bitwise_shards_float16_blocks(client, seed, tmp_path):
 def test_round_bytes_do_not_grow_with_rows(client, seed):
     """A solver round sends the running models' weights to each worker and takes back one
     partial sum per whole subtree of the reduction tree a worker holds: the same number of
-    subtrees at N and 2N (groups 0-2 | 3-5 and 0-5 | 6-11 of 512 rows: 2 per worker), so
-    the bytes per evaluated model do not grow with N."""
+    subtrees at N and 2N (groups 0-1 | 2-3 and 0-3 | 4-7 of 750 rows: one whole subtree per
+    worker), so the bytes per evaluated model do not grow with N."""
     for n in (3000, 6000):
         rng = np.random.default_rng(seed + 5)
         X, y = make_problem(rng, n, 16, 3, signal=0.6)
@@ -176,7 +176,7 @@ def test_round_bytes_do_not_grow_with_rows(client, seed):
         width = 3 * 17  # the class rows' padding is not sent
         evaluated = int(res.n_eval.sum())
         assert moved["weights_out"] == 2 * evaluated * (8 + 8 + width * 4)  # indices, scales, weights
-        assert moved["sums_back"] == 4 * res.rounds * 16 + 4 * evaluated * (width + 1) * 8
+        assert moved["sums_back"] == 2 * res.rounds * 16 + 2 * evaluated * (width + 1) * 8
         assert moved["counts_back"] == n * (1 + 1 + 8)
 
 
@@ -246,7 +246,7 @@ def client3():
 
 @pytest.mark.parametrize("with_groups", [False, True])
 def test_three_workers_match_local(client3, seed, with_groups):
-    """Rows shared out among 3 workers (groups 0-1, 2-3, 4-5 of the reduction tree: subtrees
+    """Rows shared out among 3 workers (groups 0, 1-2, 3 of the reduction tree: subtrees
     that do not line up with the workers), with the permutation null, and with partitions of
     whole groups."""
     rng = np.random.default_rng(seed + 33)
@@ -256,7 +256,7 @@ def test_three_workers_match_local(client3, seed, with_groups):
               progress=False, groups=groups, null="permutation", n_null=1, stop="paper")
     local = aflite(X, y, **kw)
     Xd = DaskEmbeddings(X, client3, chunk_rows=700)
-    assert [r[1:3] for r in Xd.ranges] == [(0, 2), (2, 4), (4, 64)]
+    assert [r[1:3] for r in Xd.ranges] == [(0, 1), (1, 3), (3, 64)]
     remote = aflite(Xd, y, backend="dask", **kw)
     assert_same_run(remote, local)
     assert [h.null_above_tau for h in remote.history] == [h.null_above_tau for h in local.history]

@@ -58,7 +58,7 @@ def make_items(rng, n, K, d):
     return X, y
 
 
-N_ITEMS = 1300  # three reduction groups of 512 items: the workers hold leaves 0-1 and 2
+N_ITEMS = 1300  # two reduction groups of 650 items: the workers hold leaves 0 and 1
 RUN = dict(target_size=900, n_partitions=6, train_size=0.5, slice_size=100, tau=0.5, progress=False)
 
 
@@ -78,8 +78,8 @@ def test_score_phase_bitwise(client, seed, tmp_path, position_bias):
     np.save(tmp_path / "X.npy", X)
     Xd = DaskEmbeddings(str(tmp_path / "X.npy"), client, chunk_rows=1001)  # 250 items a chunk
     assert Xd.shape == X.shape and Xd.ndim == 3 and Xd.group == 4 and Xd.file is not None
-    assert reduction_group_rows(N_ITEMS) == 512
-    assert [r[1:5] for r in Xd.ranges] == [(0, 2, 0, 1024), (2, 64, 1024, N_ITEMS)]  # whole items
+    assert reduction_group_rows(N_ITEMS) == 650
+    assert [r[1:5] for r in Xd.ranges] == [(0, 1, 0, 650), (1, 64, 650, N_ITEMS)]  # whole items
     assert all(o % 4 == 0 for o in Xd.offsets)
     center = scan_rows(X.reshape(-1, X.shape[2])).astype(np.float32)
     np.testing.assert_array_equal(scan_rows_dask(Xd).astype(np.float32), center)

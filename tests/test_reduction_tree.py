@@ -56,13 +56,13 @@ def _split_evaluate(Xa, y, member, positions, leaves, cuts, group=1):
 
 
 @pytest.mark.parametrize("loss", ["ce", "gce_trunc"])
-@pytest.mark.parametrize("cuts", [[0, 5000], [0, 1536, 2560, 5000], [0, 512, 4608, 5000]])
+@pytest.mark.parametrize("cuts", [[0, 5000], [0, 1875, 2500, 5000], [0, 625, 4375, 5000]])
 def test_split_sums_give_the_same_models(seed, loss, cuts):
     Xa, y, member = _problem(seed)
     n, D = Xa.shape
     positions = np.arange(n, dtype=np.int64)
     leaves = positions // kernel.reduction_group_rows(n)
-    assert leaves[-1] + 1 == 10  # groups of 512 rows
+    assert leaves[-1] + 1 == 8  # groups of 625 rows
     pre = kernel.preconditioner(Xa[::2], 3, 1e-3)
     whole, info = kernel.train_models(Xa, y, member, 3, loss=loss, positions=positions, precond=pre, leaves=leaves)
     evaluate = _split_evaluate(Xa, y, member, positions, leaves, cuts)
@@ -85,10 +85,10 @@ def test_multiple_choice_split_sums_and_one_group(seed, position_bias):
     n_free = D - d
     member = (rng.random((n, 4)) < 0.4).astype(np.uint8)
     positions = np.arange(n, dtype=np.int64)
-    leaves = positions // kernel.reduction_group_rows(n)  # groups of 512 items
+    leaves = positions // kernel.reduction_group_rows(n)  # two groups of 900 items
     kw = dict(loss="gce", loss_params={"q": 0.5}, positions=positions, group=K, n_free=n_free)
     whole, info = kernel.train_models(Xa, y, member, 1, leaves=leaves, **kw)
-    evaluate = _split_evaluate(Xa, y, member, positions, leaves, [0, 1024, n], group=K)
+    evaluate = _split_evaluate(Xa, y, member, positions, leaves, [0, 900, n], group=K)
     split, info_split = kernel.train_models_with(evaluate, member.sum(axis=0), D, 1, C=1.0,
                                                  loss=resolve_loss("gce", {"q": 0.5}, K), n_free=n_free)
     assert info["n_iter"].min() >= 2
