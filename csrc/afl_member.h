@@ -7,35 +7,39 @@
  *     the arithmetic needed when t is a small share of the active rows (t/N = 0.1 with 64
  *     partitions: the union is all rows, so 10x), which is how AFLite runs at scale.
  *  B. Rows come in row blocks fixed by the caller (positions in the active set // 512) and
- *     super-blocks of row blocks (about 4 MB of rows, also fixed by positions); a thread
- *     takes a super-block.  Within it, row block by row block, every model is evaluated
- *     over its member rows of the block, one feature slice (about 256 floats, fixed by D)
- *     at a time: the first model that needs a slice of a row brings it from memory, every
- *     other model (a row trains m t/N of them: 6 at t/N = 0.1, 32 at 0.5) reads it from
- *     the core's L2 cache (512 rows x 1 KB).  Walking the super-block model by model
- *     instead streamed every model's rows from the shared L3 and did not scale with threads.
- *  C. Per row block: logits of every model's member rows, slice by slice (dot products
- *     vectorised along the features, four rows at a time so each weight vector load serves
- *     four rows and each row vector load, kept in a register, three or four classes; the
- *     slice's lanes reduced and added to the row's logits in slice order); then per model
- *     the per-row loss and logit gradient (cross-entropy vectorised over the rows; other
- *     losses through afl_row_loss).  Then, per super-block, the gradient X_rows^T R slice by
- *     slice and within a slice row block by row block (vectorised along the features, a
- *     sequential FMA chain over a block's rows in order, from zero, added in double), so the
- *     slice of every model's double sums stays in L2 while the row blocks are added to it.
- *     This is the one kernel of the member pass: a chunk of rows with its member lists
- *     (afl_member_set) is evaluated by afl_member_eval, whose sums a caller holding
- *     several chunks adds in a fixed chunk order.
+ *     super-blocks of row blocks (about 4 MB of rows, also fixed by positions); the caller
+ *     may gather super-blocks into units (the reduction groups), whose sums start from zero.
+ *     Threads split the models, not the rows: each thread passes over every unit for its
+ *     share of the models and keeps its own sums, so nothing is handed between threads (the
+ *     earlier design handed each super-block's sums of every model through an ordered
+ *     section, which at t/N = 0.1 cost as much as a fifth of the pass).  Within a super-
+ *     block, row block by row block, every model is evaluated over its member rows of the
+ *     block: the first model that needs a row's features brings them from memory, every other
+ *     model (a row trains m t/N of them: 6 at t/N = 0.1, 32 at 0.5) reads them from the
+ *     core's L2 cache.
+ *  C. Per row block: logits of every model's member rows, in logit slices of up to 1280
+ *     features (fixed by D; one slice for most embeddings, so a row's lanes are reduced once)
+ *     over sub-blocks of the row block whose slice of rows fits about 512 KB of L2 (the next
+ *     sub-block prefetched meanwhile): dot products vectorised along the features, four rows
+ *     at a time so each weight vector load serves four rows and each row vector load, kept in
+ *     a register, up to four classes, the slice's lanes reduced and added to the row's logits
+ *     in slice order.  Then per model the per-row loss and logit gradient (cross-entropy
+ *     vectorised over the rows; other losses through afl_row_loss).  Then, per super-block,
+ *     the gradient X_rows^T R in slices of about 256 floats and within a slice row block by
+ *     row block (vectorised along the features, a sequential FMA chain over a block's rows in
+ *     order, from zero, added in double), so the slice of every model's double sums stays in
+ *     L2 while the row blocks are added to it.  This is the one kernel of the member pass: a
+ *     chunk of rows with its member lists (afl_member_set) is evaluated by afl_member_eval,
+ *     whose sums a caller holding several chunks adds in a fixed chunk order.
  *  D. Determinism: a row's logits are computed by the same instructions wherever the row
  *     sits (groups of four are padded with copies of the last row, whose results are
  *     dropped; its slices depend on D alone); a model's gradient and loss over a row block
- *     are sums over its member rows in row order, added in double in row-block order
- *     within a super-block (a fixed range
- *     of row blocks, given by the caller from positions alone), and super-block sums are
- *     added in super-block order (an OpenMP ordered section).  So no bit depends on the
- *     thread count, on which other models are evaluated, or on which other rows the block
- *     holds.  Results are reproducible per instruction set (AVX-512, AVX2, generic), as the
- *     GEMM's are.
+ *     are sums over its member rows in row order, added in double in row-block order within
+ *     a unit (super-blocks and units are fixed ranges given by the caller from positions
+ *     alone), and unit sums are added in unit order (afl_member_eval) or by the reduction
+ *     tree (afl_member_eval_tree).  So no bit depends on the thread count, on which other
+ *     models are evaluated, or on which other rows the block holds.  Results are
+ *     reproducible per instruction set (AVX-512, AVX2, generic), as the GEMM's are.
  *  E. Multiple choice (G > 1): an item's G candidates are G consecutive rows and the model
  *     has one output (C == 1), the candidate's score.  The member lists hold whole items
  *     (member is one row per item) and row blocks end on item boundaries, so a model's rows
@@ -44,8 +48,12 @@
  *     (softmax over each item's candidates, the item's label the right candidate).  The
  *     gradient pass is the same: R holds d loss / d score per candidate row.  So one kernel
  *     serves both model shapes, with work per round proportional to the t x G candidate rows
- *     of each model, and the same determinism.  Prediction: the GEMM scores every candidate
- *     row, and the row pass reads an item's G x B scores as G classes of B models.
+ *     of each model, and the same determinism.  With 2 <= G <= 4 the scores and the gradient
+ *     go item by item (an item's candidate rows in registers serve every model that trains
+ *     on it, models four at a time), by the same instructions per dot product and per
+ *     gradient element as model by model, so with the same bits.  Prediction: the GEMM
+ *     scores every candidate row, and the row pass reads an item's G x B scores as G classes
+ *     of B models.
  */
 #ifndef AFL_MEMBER_H
 #define AFL_MEMBER_H
@@ -104,7 +112,7 @@ int afl_member_eval(const afl_member_set *s, int64_t nA, const int64_t *active,
  * only some of the groups computes partial sums that add up to the same bits.
  * The super-blocks form ng groups (group g: super-blocks gsb[g] .. gsb[g + 1]), group g is
  * leaf gleaf[g] (increasing) of a binary tree over leaves [0, 2^k).  A group's sums are its
- * super-blocks' sums added in order from zero (as afl_member_eval adds them); a node of the
+ * row blocks' sums added in order from zero (design D: a group is a unit); a node of the
  * tree is its left child plus its right child, element by element (a leaf without rows adds
  * nothing).  For the leaves [leaf_lo, leaf_hi) this writes the maximal whole subtrees that
  * hold rows, left to right: node o (level[o], index[o]: leaves index << level .. (index + 1)
