@@ -162,18 +162,17 @@ void afl_member_index(int64_t n, int64_t B, const uint8_t *member, int64_t nrb,
 typedef void (*afl_member_sink)(void *ctx, int64_t u, double **part, int64_t nA, int64_t P,
                                 int64_t stride);
 
-/* The member pass of the models active[0..nA) over every super-block, on one thread, in
- * units of consecutive super-blocks (unit u: super-blocks units[u] .. units[u + 1]; units ==
- * NULL: one super-block each).  A unit's sums start from zero and take its super-blocks' row
- * blocks in order; sink(ctx, u, &part, ...) receives unit u's sums (nA x stride doubles: P
- * gradient entries, then the loss) in unit order, and may swap the buffer for another of the
- * same size (freed here).  Threads split the models, not the rows
- * (see afl_member_eval): a model's sums never depend on which other models a thread holds,
- * and nothing is handed from thread to thread.  Returns 0, or -1 if scratch memory could
- * not be allocated. */
+/* The member pass of the models active[0..nA) over every super-block, in units of
+ * consecutive super-blocks (unit u: super-blocks units[u] .. units[u + 1]; units == NULL: one
+ * super-block each).  A unit's sums start from zero and take its super-blocks' row blocks in
+ * order, on one thread; sink(ctx, u, &part, ...) receives unit u's sums (nA x stride doubles:
+ * P gradient entries, then the loss) in unit order, and may swap the buffer for another of
+ * the same size (freed by whoever holds it last).  With n_threads > 1 the threads take units
+ * and hand their sums over in unit order (an ordered section): the same bits as one thread.
+ * Returns 0, or -1 if scratch memory could not be allocated. */
 static int member_range(const afl_member_set *s, int64_t nA, const int64_t *active,
                         const float *W, const double *scale, int64_t nu, const int64_t *units,
-                        afl_member_sink sink, void *ctx)
+                        afl_member_sink sink, void *ctx, int n_threads)
 {
     const int C = s->C;
     const int64_t P = (int64_t)C * s->Dp, stride = P + 1;
@@ -201,51 +200,77 @@ static int member_range(const afl_member_set *s, int64_t nA, const int64_t *acti
     const int64_t nwork = (C + 4) * qp > (G + 4) * afl_member_pad(qmax / G)
         ? (C + 4) * qp : (G + 4) * afl_member_pad(qmax / G);
     const int ncz = C > G ? C : G;
-    afl_member_scratch w;
-    double *part = (double *)malloc((size_t)(nA * stride) * sizeof(double));
-    w.Z = (float *)malloc((size_t)(nA * qmax * C) * sizeof(float));
-    w.R = (float *)malloc((size_t)((qsb > 0 ? qsb : 1) * C) * sizeof(float));
-    w.zb = (float *)malloc((size_t)ncz * sizeof(float));
-    w.yl = (int32_t *)malloc((size_t)qmax * sizeof(int32_t));
-    w.off = (int64_t *)malloc((size_t)((nA + 1) * (rbmax > 0 ? rbmax : 1)) * sizeof(int64_t));
-    w.work = (double *)malloc((size_t)nwork * sizeof(double));
-    w.cur = (int64_t *)malloc((size_t)(2 * nA) * sizeof(int64_t));
-    w.ni = NULL;
-    w.istart = w.imodel = w.iidx = NULL;
-    w.gf = NULL;
-    w.imax = qmax / 2 + 1;
-    w.ldg = AFL_MEMBER_SLICE + 32;  /* a gradient slice's floats, whatever the vector width */
-    int item_ok = 1;
-    if (C == 1 && G >= 2 && G <= 4) {
-        const int64_t nrbs = rbmax > 0 ? rbmax : 1, ne = qsb / 2 + 1;
-        w.ni = (int64_t *)malloc((size_t)nrbs * sizeof(int64_t));
-        w.istart = (int32_t *)malloc((size_t)(nrbs * (w.imax + 1)) * sizeof(int32_t));
-        w.imodel = (int32_t *)malloc((size_t)ne * sizeof(int32_t));
-        w.iidx = (int32_t *)malloc((size_t)ne * sizeof(int32_t));
-        w.gf = (float *)malloc((size_t)(nA * w.ldg) * sizeof(float));
-        item_ok = w.ni && w.istart && w.imodel && w.iidx && w.gf;
+    if (n_threads < 1) n_threads = 1;
+    if (n_threads > nu) n_threads = nu > 0 ? (int)nu : 1;
+    int failed = 0;
+#ifdef _OPENMP
+#pragma omp parallel num_threads(n_threads)
+#endif
+    {
+        afl_member_scratch w;
+        double *part = (double *)malloc((size_t)(nA * stride) * sizeof(double));
+        w.Z = (float *)malloc((size_t)(nA * qmax * C) * sizeof(float));
+        w.R = (float *)malloc((size_t)((qsb > 0 ? qsb : 1) * C) * sizeof(float));
+        w.zb = (float *)malloc((size_t)ncz * sizeof(float));
+        w.yl = (int32_t *)malloc((size_t)qmax * sizeof(int32_t));
+        w.off = (int64_t *)malloc((size_t)((nA + 1) * (rbmax > 0 ? rbmax : 1)) * sizeof(int64_t));
+        w.work = (double *)malloc((size_t)nwork * sizeof(double));
+        w.cur = (int64_t *)malloc((size_t)(2 * nA) * sizeof(int64_t));
+        w.ni = NULL;
+        w.istart = w.imodel = w.iidx = NULL;
+        w.gf = NULL;
+        w.imax = qmax / 2 + 1;
+        w.ldg = AFL_MEMBER_SLICE + 32;  /* a gradient slice's floats, whatever the vector width */
+        int item_ok = 1;
+        if (C == 1 && G >= 2 && G <= 4) {
+            const int64_t nrbs = rbmax > 0 ? rbmax : 1, ne = qsb / 2 + 1;
+            w.ni = (int64_t *)malloc((size_t)nrbs * sizeof(int64_t));
+            w.istart = (int32_t *)malloc((size_t)(nrbs * (w.imax + 1)) * sizeof(int32_t));
+            w.imodel = (int32_t *)malloc((size_t)ne * sizeof(int32_t));
+            w.iidx = (int32_t *)malloc((size_t)ne * sizeof(int32_t));
+            w.gf = (float *)malloc((size_t)(nA * w.ldg) * sizeof(float));
+            item_ok = w.ni && w.istart && w.imodel && w.iidx && w.gf;
+        }
+        const int ok = part && w.Z && w.R && w.zb && w.yl && w.off && w.work && w.cur && item_ok;
+        if (!ok) {
+#ifdef _OPENMP
+#pragma omp atomic write
+#endif
+            failed = 1;
+        }
+        /* units in order; with several threads each sums its units into `part` and the ordered
+         * section hands the parts to the sink in unit order */
+#ifdef _OPENMP
+#pragma omp for schedule(dynamic, 1) ordered
+#endif
+        for (int64_t u = 0; u < nu; u++) {
+            if (ok) {
+                memset(part, 0, (size_t)(nA * stride) * sizeof(double));
+                const int64_t sb0 = units ? units[u] : u, sb1 = units ? units[u + 1] : u + 1;
+                for (int64_t sb = sb0; sb < sb1; sb++) fn(s, sb, nA, active, W, scale, part, stride, &w);
+            }
+#ifdef _OPENMP
+#pragma omp ordered
+#endif
+            {
+                if (ok) sink(ctx, u, &part, nA, P, stride);
+            }
+        }
+        free(part);
+        free(w.Z);
+        free(w.R);
+        free(w.zb);
+        free(w.yl);
+        free(w.off);
+        free(w.work);
+        free(w.cur);
+        free(w.ni);
+        free(w.istart);
+        free(w.imodel);
+        free(w.iidx);
+        free(w.gf);
     }
-    const int ok = part && w.Z && w.R && w.zb && w.yl && w.off && w.work && w.cur && item_ok;
-    for (int64_t u = 0; ok && u < nu; u++) {
-        memset(part, 0, (size_t)(nA * stride) * sizeof(double));
-        const int64_t sb0 = units ? units[u] : u, sb1 = units ? units[u + 1] : u + 1;
-        for (int64_t sb = sb0; sb < sb1; sb++) fn(s, sb, nA, active, W, scale, part, stride, &w);
-        sink(ctx, u, &part, nA, P, stride);
-    }
-    free(part);
-    free(w.Z);
-    free(w.R);
-    free(w.zb);
-    free(w.yl);
-    free(w.off);
-    free(w.work);
-    free(w.cur);
-    free(w.ni);
-    free(w.istart);
-    free(w.imodel);
-    free(w.iidx);
-    free(w.gf);
-    return ok ? 0 : -1;
+    return failed ? -1 : 0;
 }
 
 /* Threads of a member pass over nA models (at most one per model), and thread t's models:
@@ -289,6 +314,12 @@ int afl_member_eval(const afl_member_set *s, int64_t nA, const int64_t *active,
     memset(grad, 0, (size_t)(nA * P) * sizeof(double));
     if (nA == 0) return 0;
     afl_member_init();
+    if (n_threads > 1 && nA < 2 * (int64_t)n_threads) {
+        /* fewer than two models a thread (a single estimator, a few folds): the threads take
+         * super-blocks instead, with the same bits */
+        afl_sum_sink o = {loss, grad};
+        return member_range(s, nA, active, W, scale, 0, NULL, sum_sink, &o, n_threads);
+    }
     const int T = member_threads(n_threads, nA);
     int failed = 0;
 #ifdef _OPENMP
@@ -299,7 +330,7 @@ int afl_member_eval(const afl_member_set *s, int64_t nA, const int64_t *active,
         int64_t a0, a1;
         member_share(t, T, nA, &a0, &a1);
         afl_sum_sink o = {loss + a0, grad + a0 * P};
-        if (member_range(s, a1 - a0, active + a0, W + a0 * P, scale + a0, 0, NULL, sum_sink, &o) != 0) {
+        if (member_range(s, a1 - a0, active + a0, W + a0 * P, scale + a0, 0, NULL, sum_sink, &o, 1) != 0) {
 #ifdef _OPENMP
 #pragma omp atomic write
 #endif
@@ -409,7 +440,7 @@ static int member_tree_range(const afl_member_set *s, int64_t nA, int64_t a0, in
         rc = -1;
     } else {
         if (ng > 0 && a1 > a0)
-            rc = member_range(s, a1 - a0, active + a0, W + a0 * P, scale + a0, ng, gsb, tree_sink, &t);
+            rc = member_range(s, a1 - a0, active + a0, W + a0 * P, scale + a0, ng, gsb, tree_sink, &t, 1);
         if (rc == 0) {
             tree_skip_to(&t, leaf_hi);
             int64_t out = 0;

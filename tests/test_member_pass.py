@@ -137,6 +137,20 @@ def test_member_pass_bitwise_independent_of_threads_and_company(seed, make_probl
     assert lo[0] == loss1[2] and np.array_equal(go[0], grad1[2])
 
 
+@pytest.mark.parametrize("n_models", [1, 3, 7])
+def test_member_pass_bitwise_across_thread_counts_over_many_super_blocks(seed, make_problem, n_models):
+    """Threads split the models, or (fewer than two models a thread) take super-blocks: the
+    same bits either way, whatever the thread count (positions spread out so that the rows
+    form several super-blocks)."""
+    Xa, y, member, W = _problem(make_problem, seed, 2600, 31, 3, 0.3, B=n_models)
+    positions = np.arange(Xa.shape[0], dtype=np.int64) * 50
+    assert kernel.super_blocks(positions, _index(member, positions)[2], Xa.shape[1]).size - 1 >= 3
+    loss1, grad1 = _eval(Xa, y, member, W, n_threads=1, positions=positions)
+    for n_threads in (2, 3, 4):
+        lt, gt = _eval(Xa, y, member, W, n_threads=n_threads, positions=positions)
+        assert np.array_equal(lt, loss1) and np.array_equal(gt, grad1)
+
+
 def test_preconditioner_chunks_threads_and_shape(seed, make_problem):
     rng = np.random.default_rng([seed, 5])
     X, _ = make_problem(rng, 3000, 40, 3)
