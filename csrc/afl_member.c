@@ -39,8 +39,8 @@ typedef struct {
     double *work;
 } afl_member_scratch;
 
-/* Floats of a feature slice of the member pass (rounded to whole vectors): a row block's
- * slice (512 rows x 1 KB) stays in a core's L2 cache while every model reads it. */
+/* Floats of a feature slice of the gradient pass (rounded to whole vectors): a row block's
+ * slice (512 rows x 1 KB) and every model's double sums of it stay in a core's L2 cache. */
 #ifndef AFL_MEMBER_SLICE
 #define AFL_MEMBER_SLICE 256
 #endif
@@ -273,18 +273,30 @@ static int member_range(const afl_member_set *s, int64_t nA, const int64_t *acti
     return failed ? -1 : 0;
 }
 
-/* Threads of a member pass over nA models (at most one per model), and thread t's models:
- * [*a0, *a1). */
-static int member_threads(int n_threads, int64_t nA)
+/* Work on the models [a0, a1) of a thread's share: 0, or an error code. */
+typedef int (*afl_models_fn)(void *ctx, int thread, int64_t a0, int64_t a1);
+
+/* fn on the threads' shares of nA models (one thread per model at most; thread t takes
+ * [t nA / T, (t + 1) nA / T)): the first error code of any share (-1 preferred), else 0. */
+static int by_model_shares(int n_threads, int64_t nA, afl_models_fn fn, void *ctx)
 {
     if (n_threads < 1) n_threads = 1;
-    return nA < n_threads ? (int)(nA > 0 ? nA : 1) : n_threads;
-}
-
-static void member_share(int t, int T, int64_t nA, int64_t *a0, int64_t *a1)
-{
-    *a0 = t * nA / T;
-    *a1 = (t + 1) * nA / T;
+    const int T = nA < n_threads ? (int)(nA > 0 ? nA : 1) : n_threads;
+    int rc = 0;
+#ifdef _OPENMP
+#pragma omp parallel num_threads(T)
+#endif
+    {
+        const int t = omp_get_thread_num();
+        const int r = fn(ctx, t, t * nA / T, (t + 1) * nA / T);
+        if (r != 0) {
+#ifdef _OPENMP
+#pragma omp critical(afl_member_shares_rc)
+#endif
+            if (rc == 0 || r == -1) rc = r;
+        }
+    }
+    return rc;
 }
 
 typedef struct {
@@ -305,6 +317,25 @@ static void sum_sink(void *ctx, int64_t sb, double **partp, int64_t nA, int64_t 
     }
 }
 
+/* afl_member_eval's arguments, for a thread's share of the models. */
+typedef struct {
+    const afl_member_set *s;
+    const int64_t *active;
+    const float *W;
+    const double *scale;
+    double *loss, *grad;
+} afl_eval_share;
+
+static int eval_share(void *ctx, int thread, int64_t a0, int64_t a1)
+{
+    const afl_eval_share *e = (const afl_eval_share *)ctx;
+    const int64_t P = (int64_t)e->s->C * e->s->Dp;
+    afl_sum_sink o = {e->loss + a0, e->grad + a0 * P};
+    (void)thread;
+    return member_range(e->s, a1 - a0, e->active + a0, e->W + a0 * P, e->scale + a0, 0, NULL,
+                        sum_sink, &o, 1);
+}
+
 int afl_member_eval(const afl_member_set *s, int64_t nA, const int64_t *active,
                     const float *W, const double *scale, double *loss, double *grad,
                     int n_threads)
@@ -320,32 +351,14 @@ int afl_member_eval(const afl_member_set *s, int64_t nA, const int64_t *active,
         afl_sum_sink o = {loss, grad};
         return member_range(s, nA, active, W, scale, 0, NULL, sum_sink, &o, n_threads);
     }
-    const int T = member_threads(n_threads, nA);
-    int failed = 0;
-#ifdef _OPENMP
-#pragma omp parallel num_threads(T)
-#endif
-    {
-        const int t = omp_get_thread_num();
-        int64_t a0, a1;
-        member_share(t, T, nA, &a0, &a1);
-        afl_sum_sink o = {loss + a0, grad + a0 * P};
-        if (member_range(s, a1 - a0, active + a0, W + a0 * P, scale + a0, 0, NULL, sum_sink, &o, 1) != 0) {
-#ifdef _OPENMP
-#pragma omp atomic write
-#endif
-            failed = 1;
-        }
-    }
-    return failed ? -1 : 0;
+    afl_eval_share e = {s, active, W, scale, loss, grad};
+    return by_model_shares(n_threads, nA, eval_share, &e);
 }
 
 /* The reduction tree of afl_member_eval_tree: a stack of nodes (level, index, present),
- * each nA x stride doubles in a slot of `pool`. */
+ * each nA x stride doubles in a slot of its own. */
 typedef struct {
-    const int64_t *gsb;      /* ng + 1 group boundaries (super-blocks) */
     const int64_t *gleaf;    /* leaf of each group */
-    int64_t ng, g;           /* groups; the group in progress */
     int64_t next_leaf;       /* first leaf not pushed yet */
     int64_t len;             /* nA x stride */
     int64_t depth;           /* nodes on the stack */
@@ -415,10 +428,7 @@ static int member_tree_range(const afl_member_set *s, int64_t nA, int64_t a0, in
     const int64_t stride = (int64_t)s->C * s->Dp + 1, P = stride - 1, len = (a1 - a0) * stride;
     afl_tree_sink t;
     int rc = 0;
-    t.gsb = gsb;
     t.gleaf = gleaf;
-    t.ng = ng;
-    t.g = 0;
     t.next_leaf = leaf_lo;
     t.len = len;
     t.depth = 0;
@@ -466,6 +476,28 @@ static int member_tree_range(const afl_member_set *s, int64_t nA, int64_t a0, in
     return rc;
 }
 
+/* afl_member_eval_tree's arguments, for a thread's share of the models. */
+typedef struct {
+    const afl_member_set *s;
+    int64_t nA;
+    const int64_t *active;
+    const float *W;
+    const double *scale;
+    int64_t ng;
+    const int64_t *gsb, *gleaf;
+    int64_t leaf_lo, leaf_hi, max_nodes;
+    double *nodes;
+    int64_t *level, *index, *n_nodes;
+} afl_tree_share;
+
+static int tree_share(void *ctx, int thread, int64_t a0, int64_t a1)
+{
+    const afl_tree_share *e = (const afl_tree_share *)ctx;
+    return member_tree_range(e->s, e->nA, a0, a1, e->active, e->W, e->scale, e->ng, e->gsb, e->gleaf,
+                             e->leaf_lo, e->leaf_hi, e->max_nodes, e->nodes, e->level, e->index,
+                             e->n_nodes, thread == 0);
+}
+
 int afl_member_eval_tree(const afl_member_set *s, int64_t nA, const int64_t *active,
                          const float *W, const double *scale, int64_t ng, const int64_t *gsb,
                          const int64_t *gleaf, int64_t leaf_lo, int64_t leaf_hi, int64_t max_nodes,
@@ -476,24 +508,9 @@ int afl_member_eval_tree(const afl_member_set *s, int64_t nA, const int64_t *act
     if (max_nodes < 1) return -1;
     if (nA == 0 || ng == 0) return 0;
     afl_member_init();
-    const int T = member_threads(n_threads, nA);
-    int rc = 0;
-#ifdef _OPENMP
-#pragma omp parallel num_threads(T)
-#endif
-    {
-        const int t = omp_get_thread_num();
-        int64_t a0, a1;
-        member_share(t, T, nA, &a0, &a1);
-        const int r = member_tree_range(s, nA, a0, a1, active, W, scale, ng, gsb, gleaf, leaf_lo,
-                                        leaf_hi, max_nodes, nodes, level, index, n_nodes, t == 0);
-        if (r != 0) {
-#ifdef _OPENMP
-#pragma omp critical(afl_member_tree_rc)
-#endif
-            if (rc == 0 || r == -1) rc = r;
-        }
-    }
+    afl_tree_share e = {s, nA, active, W, scale, ng, gsb, gleaf, leaf_lo, leaf_hi, max_nodes, nodes,
+                        level, index, n_nodes};
+    const int rc = by_model_shares(n_threads, nA, tree_share, &e);
     if (rc != 0) *n_nodes = 0;
     return rc;
 }

@@ -526,12 +526,13 @@ static void AFL_F(item_grad)(const afl_member_set *s, int64_t rb, int64_t ni, in
 
 /* Every active model over its member rows of the row blocks of super-block sb:
  * part[a * stride + 0 : C * Dp] += the gradient (class-major), part[a * stride + C * Dp] +=
- * the loss.  Features go in slices of about AFL_MEMBER_SLICE floats.  Row block by row
- * block, the logits slice by slice (a slice of the block's rows is read from memory by the
- * first model that needs it and from the core's L2 cache by every other model) and the loss
- * and logit gradient R of each model; then slice by slice, row block by row block, each
- * model's gradient, so the slice of every model's double sums stays in L2 while the
- * super-block's row blocks are added to it (in row-block order).
+ * the loss.  Row block by row block, the logits in slices of up to AFL_LOGIT_SLICE floats
+ * over L2-sized sub-blocks (a slice of a sub-block's rows is read from memory by the first
+ * model that needs it and from the core's L2 cache by every other model; multiple choice of
+ * 2-4 candidates: item by item) and the loss and logit gradient R of each model; then in
+ * slices of about AFL_MEMBER_SLICE floats, row block by row block, each model's gradient, so
+ * the slice of every model's double sums stays in L2 while the super-block's row blocks are
+ * added to it (in row-block order).
  * w->off[(rb - sb start) * (nA + 1) + a]: start of model a's rows of row block rb in R. */
 static void AFL_F(super_block)(const afl_member_set *s, int64_t sb, int64_t nA,
                                const int64_t *active, const float *W, const double *scale,
