@@ -9,6 +9,8 @@ b. At many moments of a whole run (argument parsing, imports of NumPy and the ke
    phases, writing): children signalled after delays from 0 to past the end of the run; every
    one exits 0 (finished first), 130 or 143, with nothing or one line on stderr and never a
    traceback, and a signalled run leaves no output.
+c. In one process: a signal while a command's outputs are being switched in, or after, lets
+   the command finish (no run publishes its outputs and then says it wrote nothing).
 The children run at the same time, so the file costs about one run's time.
 """
 import os
@@ -215,3 +217,35 @@ def test_signal_surfacing_as_another_error(inputs, child_process):
     proc = subprocess.run([sys.executable, "-c", _MASKED_RUN, *_argv(inputs, "out")], **child_process,
                           capture_output=True, text=True, timeout=300)
     assert (proc.returncode, proc.stderr.splitlines()) == EXPECTED["SIGINT"][:1] + ([EXPECTED["SIGINT"][1]],)
+
+
+@pytest.mark.parametrize("name", ["SIGINT", "SIGTERM"])
+def test_signal_while_outputs_are_published(tmp_path, name):
+    """c. A signal that lands while a command's outputs are switched in, or after, raises
+    nothing (the outputs stand and the command ends normally); before that it interrupts, and
+    a file that is not an output (a checkpoint) counts for nothing."""
+    from aflite_fast.cli import _SignalsRaise
+    from aflite_fast.io.atomic import OutputSet, write_file_atomically
+
+    signum = getattr(signal, name)
+    with _SignalsRaise() as signals:
+        with pytest.raises(KeyboardInterrupt):  # Terminated is a KeyboardInterrupt
+            os.kill(os.getpid(), signum)
+            time.sleep(0.5)  # the handler runs here
+        signals.first = None
+        write_file_atomically(tmp_path / "checkpoint", lambda tmp: open(tmp, "w").close())
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signum)
+            time.sleep(0.5)
+        signals.first = None
+
+        def signal_during_commit():
+            os.kill(os.getpid(), signum)
+            time.sleep(0.5)
+
+        with OutputSet(tmp_path / "out", ["a.txt"], before_commit=signal_during_commit) as out:
+            out.save_text("a.txt", "x")
+        assert (tmp_path / "out" / "a.txt").read_text() == "x"
+        os.kill(os.getpid(), signum)  # after the outputs: nothing
+        time.sleep(0.5)
+        assert signals.first is None

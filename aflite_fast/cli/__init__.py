@@ -66,7 +66,10 @@ class _SignalsRaise:
     a later signal of either kind is noted but raises nothing more, so a second Ctrl-C cannot
     break the clean-up of the first into a traceback.
 
-    Once the command has finished (:attr:`exit_code` set), a signal raises nothing.  On exit the
+    Once the command has finished (:attr:`exit_code` set), or has begun to publish its outputs
+    (``io.atomic.publishing``: an output set's commit, an output file's rename), a signal
+    raises nothing: the outputs stand and the command ends with its own code, rather than
+    publish them and report that it wrote nothing.  On exit the
     previous handlers come back, except for the process's own entry point (``keep_after``):
     there the signals are ignored from then on.  Between the end of the command and the end of
     the process a signal would otherwise meet Python's default handlers (a KeyboardInterrupt
@@ -91,12 +94,19 @@ class _SignalsRaise:
     def _handler(self, signum, frame):
         if self.exit_code is not None:
             return  # the command has finished; its outputs stand
+        in_progress, published = self._publishing()
+        if in_progress or published > self._published_before:
+            return  # the outputs are being (or have been) switched in: they stand
         if self.first is not None:
             return  # already unwinding
         self.first = signum
         raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
     def __enter__(self):
+        from ..io.atomic import publishing
+
+        self._publishing = publishing
+        self._published_before = publishing()[1]
         if threading.current_thread() is threading.main_thread():
             for signum in self.SIGNALS:
                 self._previous[signum] = signal.signal(signum, self._handler)

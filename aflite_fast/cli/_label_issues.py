@@ -105,10 +105,11 @@ def run(args):
     if args.out.endswith(".npy"):
         import numpy as np
 
-        write_file_atomically(args.out, lambda tmp: _save_npy(tmp, np.asarray(result.ranked_issues, np.int64)))
+        write_file_atomically(args.out, lambda tmp: _save_npy(tmp, np.asarray(result.ranked_issues, np.int64)),
+                              output=True)
     else:
         text = _csv_text(result, y)
-        write_file_atomically(args.out, lambda tmp: _save_text(tmp, text))
+        write_file_atomically(args.out, lambda tmp: _save_text(tmp, text), output=True)
     if not args.quiet:
         rule = (f"the {args.n_issues} lowest p(label)" if args.n_issues is not None
                 else f"threshold {result.threshold:.4g}")

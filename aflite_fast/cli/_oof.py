@@ -124,7 +124,7 @@ def run(args):
         with open(tmp, "wb") as fh:
             np.save(fh, result.proba, allow_pickle=False)
 
-    write_file_atomically(args.out, write)
+    write_file_atomically(args.out, write, output=True)
     if not args.quiet:
         counts = status_counts(result.status)
         failed = sum(count for name, count in counts.items() if name != "converged")

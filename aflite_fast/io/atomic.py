@@ -61,6 +61,32 @@ _SET_PREFIX = "set-"
 #: Temporary links (in DIR and in STATE_DIR) are created under this prefix and renamed.
 _TMP_LINK_PREFIX = ".aflite-link-"
 
+# A command's outputs being published (a commit in progress) and how many were published in
+# this process: the command line's signal handler lets a command that has begun to publish its
+# outputs finish, so that no run publishes them and then reports that it wrote nothing.
+_publishing = 0
+_published = 0
+
+
+def publishing():
+    """(commits in progress, outputs published) in this process (see :class:`OutputSet`)."""
+    return _publishing, _published
+
+
+class _Publishing:
+    """``with``: a commit of outputs is in progress; counted as published when it succeeds."""
+
+    def __enter__(self):
+        global _publishing
+        _publishing += 1
+
+    def __exit__(self, exc_type, exc, tb):
+        global _publishing, _published
+        _publishing -= 1
+        if exc_type is None:
+            _published += 1
+        return False
+
 
 class OutputSet:
     """Files of one run, staged inside ``path`` and switched in together when the block ends.
@@ -278,7 +304,8 @@ class OutputSet:
     def __exit__(self, exc_type, exc, tb):
         try:
             if exc_type is None:
-                self._commit()
+                with _Publishing():
+                    self._commit()
         finally:
             self._close()
         return False
@@ -358,7 +385,7 @@ class OutputSet:
                 self._lock_fd, self._locked = None, False
 
 
-def write_file_atomically(path, writer):
+def write_file_atomically(path, writer, *, output=False):
     """Write the one file ``path`` all-or-nothing (module docstring, i).
 
     Parameters
@@ -367,6 +394,9 @@ def write_file_atomically(path, writer):
         The file; its directory must exist.
     writer : callable
         ``writer(tmp)`` writes the complete file at the path ``tmp`` (beside ``path``).
+    output : bool
+        The file is a command's output (not, e.g., a checkpoint): its rename is counted as
+        published (:func:`publishing`).
 
     A failure (in ``writer`` too) removes the temporary file and leaves ``path`` untouched.
     """
@@ -382,7 +412,11 @@ def write_file_atomically(path, writer):
     try:
         writer(tmp)
         _fsync_path(tmp)
-        os.replace(tmp, path)
+        if output:
+            with _Publishing():
+                os.replace(tmp, path)
+        else:
+            os.replace(tmp, path)
     finally:
         if os.path.lexists(tmp):
             os.unlink(tmp)
