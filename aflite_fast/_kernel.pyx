@@ -172,6 +172,52 @@ def sgemm(bint trans_a,
         raise MemoryError("sgemm: could not allocate scratch memory")
 
 
+#: Columns of a panel of the Gram matrix (:func:`gram`): narrow enough that the panels'
+#: squares on the diagonal, computed twice, add little (about GRAM_PANEL / (2 D) of the work),
+#: wide enough (a multiple of the GEMM's 32-column panels) to keep the GEMM at its rate.
+GRAM_PANEL = 256
+
+
+def gram(const float[:, ::1] A,         # IN  (K, M) rows
+         double[:, ::1] G,              # IN/OUT (M, M)
+         const int64_t[::1] kb,         # IN  K-block boundaries over the rows
+         bint accumulate, int n_threads):
+    """G (+)= A^T A, float32 products added in double per K-block, as :func:`sgemm` with
+    ``trans_a`` computes it, at about half its work: only the panels of columns on and below
+    the diagonal are computed, and the upper triangle is copied from the lower one.  An
+    element is the same FMA chain whichever call computes it, and x_ki x_kj = x_kj x_ki, so
+    the result is bitwise that of ``sgemm(True, A, A, G, ...)``."""
+    cdef int64_t K = A.shape[0], M = A.shape[1]
+    cdef int64_t j0, w, i, j, i0, j1, bi, bj
+    cdef int64_t panel = GRAM_PANEL
+    cdef int rc = 0
+    if G.shape[0] != M or G.shape[1] != M or kb[kb.shape[0] - 1] != K:
+        raise ValueError("gram: shapes do not match")
+    if M == 0:
+        return
+    with nogil:
+        j0 = 0
+        while j0 < M and rc == 0:
+            w = panel if M - j0 > panel else M - j0
+            # rows j0.. of the panel's columns j0 .. j0 + w: G[j0:, j0:j0 + w] (+)= A[:, j0:]^T A[:, j0:j0 + w]
+            rc = afl_sgemm(1, M - j0, w, K, &A[0, j0], M, &A[0, j0], M, NULL, &G[j0, j0], M,
+                           accumulate, &kb[0], kb.shape[0] - 1, n_threads)
+            j0 += w
+        if rc == 0:
+            # the upper triangle from the lower one, in square tiles that stay in cache
+            bi = 0
+            while bi < M:
+                bj = 0
+                while bj <= bi:
+                    for i in range(bi, min(bi + 64, M)):
+                        for j in range(bj, min(bj + 64, i)):
+                            G[j, i] = G[i, j]
+                    bj += 64
+                bi += 64
+    if rc != 0:
+        raise MemoryError("gram: could not allocate scratch memory")
+
+
 cdef inline double _dot(const double *a, const double *b, int64_t n) noexcept nogil:
     cdef double s = 0.0
     cdef int64_t k

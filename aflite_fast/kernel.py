@@ -334,8 +334,8 @@ def preconditioner(rows, n_classes, l2, n_threads=1, form="dense", curvature=Non
             acc = np.zeros((D, D) if form == "dense" else D, dtype=np.float64)
         if chunk.shape[0] and form == "dense":
             with limit_blas_threads():
-                _kernel.sgemm(True, chunk, chunk, acc, block_bounds(chunk.shape[0], PRECOND_BLOCK),
-                              n > 0, n_threads)
+                # the symmetric product at half the work, bitwise sgemm's
+                _kernel.gram(chunk, acc, block_bounds(chunk.shape[0], PRECOND_BLOCK), n > 0, n_threads)
         elif chunk.shape[0]:
             # sums of squares: float32 within blocks of PRECOND_BLOCK rows, added in double, as
             # the Gram matrix's diagonal is

@@ -6,10 +6,10 @@ Each build is a directory holding a built ``aflite_fast`` package (for instance 
 an older commit, built with ``python setup.py build_ext --inplace``).
 
     python benchmarks/compare_builds.py BEFORE_DIR AFTER_DIR [--rounds 5]
-        [--member N,d,t/N,threads ...] [--multiple-choice t/N ...]
+        [--member N,d,t/N,threads[,C,m] ...] [--multiple-choice t/N ...]
 
-``--member``: one member pass (objective and gradient of 64 models, 3 classes, each over its
-own t rows) summed through the reduction tree as the engine sums it (``member_rate.py``,
+``--member``: one member pass (objective and gradient of m models (default 64) of C classes
+(default 3), each over its own t rows) summed through the reduction tree as the engine sums it (``member_rate.py``,
 ``tree_seconds``), mean of 5 passes after a warm-up.  ``--multiple-choice``: one phase of
 ``engine.score_phase`` on N = 50,000 items of K = 4 candidates, d = 768, m = 64 (the data of
 ``multiple_choice_speed.py``), the best of the second and third repeat in the process (the
@@ -28,8 +28,9 @@ import sys
 sys.path.insert(0, sys.argv[1]); sys.path.insert(1, sys.argv[2])
 import member_rate as mr
 n, d, share, threads = int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]), int(sys.argv[6])
-inputs = mr.member_inputs(n, d, 3, 64, share)
-print(mr.tree_seconds(inputs, 3, threads, 5))
+C, m = (int(sys.argv[7]), int(sys.argv[8])) if len(sys.argv) > 8 else (3, 64)
+inputs = mr.member_inputs(n, d, C, m, share)
+print(mr.tree_seconds(inputs, C, threads, 5))
 '''
 
 MULTIPLE_CHOICE = r'''
@@ -85,8 +86,10 @@ def main(argv=None):
     for kind, args in cases:
         b, f = times[(kind, args, "before")], times[(kind, args, "after")]
         if kind == "member":
-            n, d, share, threads = args
+            n, d, share, threads = args[:4]
             what = f"member pass, N = {n}, d = {d}, t/N = {share}, {threads} threads"
+            if len(args) > 4:
+                what += f", C = {args[4]}, m = {args[5]}"
         else:
             what = f"multiple-choice phase, t/N = {args[0]}"
         fmt = ", ".join(f"{v:.3f}" for v in b), ", ".join(f"{v:.3f}" for v in f)

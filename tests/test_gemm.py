@@ -189,3 +189,36 @@ def test_accumulate(seed, trans_a):
     empty = np.empty((0, M) if trans_a else (M, 0), np.float32)
     assert np.array_equal(_sgemm(empty, np.empty((0, N), np.float32), [0], trans_a=trans_a, C=C0), C0)
     assert np.array_equal(_sgemm(empty, np.empty((0, N), np.float32), [0], trans_a=trans_a), np.zeros((M, N)))
+
+
+@pytest.mark.parametrize("M", [1, 7, 31, 255, 256, 257, 600])
+@pytest.mark.parametrize("n_threads", [1, 2])
+def test_gram_is_bitwise_the_full_product(M, n_threads):
+    """``gram`` computes the panels on and below the diagonal and mirrors them: bitwise the
+    full ``sgemm(True, A, A)``, symmetric, for widths around the panel width, with several
+    K-blocks, and accumulating over successive calls as the full product does."""
+    rng = np.random.default_rng(M)
+    A = (rng.standard_normal((700, M)) * rng.uniform(0.1, 3.0, M)).astype(np.float32)
+    kb = np.array([0, 256, 512, 700], dtype=np.int64)
+    full = np.zeros((M, M))
+    _kernel.sgemm(True, A, A, full, kb, False, 1)
+    half = np.full((M, M), np.nan)
+    _kernel.gram(A, half, kb, False, n_threads)
+    assert np.array_equal(half, full)
+    assert np.array_equal(half, half.T)
+    # a second chunk of rows added to both
+    B = rng.standard_normal((300, M)).astype(np.float32)
+    kb2 = np.array([0, 256, 300], dtype=np.int64)
+    _kernel.sgemm(True, B, B, full, kb2, True, 1)
+    _kernel.gram(B, half, kb2, True, n_threads)
+    assert np.array_equal(half, full)
+    np.testing.assert_allclose(half, A.astype(np.float64).T @ A + B.astype(np.float64).T @ B,
+                               rtol=1e-4, atol=1e-3)
+
+
+def test_gram_shape_mismatch_raises():
+    A = np.zeros((10, 4), np.float32)
+    with pytest.raises(ValueError, match="gram"):
+        _kernel.gram(A, np.zeros((4, 5)), np.array([0, 10], dtype=np.int64), False, 1)
+    with pytest.raises(ValueError, match="gram"):
+        _kernel.gram(A, np.zeros((4, 4)), np.array([0, 9], dtype=np.int64), False, 1)
