@@ -32,3 +32,28 @@ def limit_blas_threads():
     """
     with threadpool_limits(limits=1, user_api="blas"):
         yield
+
+
+#: Rows below which a row-wise copy runs on one thread (threads would cost more than they save).
+MIN_ROWS_PER_THREAD = 4096
+
+
+def for_row_ranges(fn, n_rows, n_threads):
+    """Call ``fn(start, stop)`` on contiguous ranges that cover ``range(n_rows)``, one range a
+    thread, and wait for all of them (the first error is raised).
+
+    For NumPy copies and element-wise operations, which release the GIL: each range writes
+    its own rows, so the result is the same bits whatever the number of threads.
+    """
+    n_rows = int(n_rows)
+    k = max(1, min(int(n_threads), n_rows // MIN_ROWS_PER_THREAD))
+    if k == 1:
+        fn(0, n_rows)
+        return
+    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415 - only on this path
+
+    bounds = [n_rows * i // k for i in range(k + 1)]
+    with ThreadPoolExecutor(max_workers=k) as pool:
+        futures = [pool.submit(fn, a, b) for a, b in zip(bounds[:-1], bounds[1:])]
+        for f in futures:
+            f.result()

@@ -9,6 +9,7 @@ from .io.fingerprint import block_rows
 from .io.formats import open_rows
 from .io.rowsource import RowSource
 from ._rows import first_nonfinite_row, first_row_beyond
+from ._threads import for_row_ranges
 
 #: Largest magnitude the float32 kernel can hold; float64 values beyond it would become inf.
 FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -293,7 +294,7 @@ def encode_labels(y, n_rows=None, min_per_class=2):
     return Labels(classes=classes, codes=codes.astype(np.int32, copy=False))
 
 
-def gather_rows(X, rows, center, out, chunk_bytes=None):
+def gather_rows(X, rows, center, out, chunk_bytes=None, n_threads=1):
     """Write ``X[rows] - center`` (float32) and a trailing ones column into ``out``.
 
     ``rows`` must be sorted so a file is read front to back.  A row source
@@ -303,30 +304,42 @@ def gather_rows(X, rows, center, out, chunk_bytes=None):
     through one reused buffer of that size.  So a gather never holds a copy of its rows in
     the source dtype (``X[rows]`` would: as large as ``out`` itself for float32), and its
     anonymous memory is ``out`` plus that constant, whatever the number of rows.
+
+    With ``n_threads`` > 1 (and X not a row source) threads read contiguous ranges of
+    ``rows``, each with its share of ``chunk_bytes``: the same values, read in parallel.
     """
     rows = np.asarray(rows, dtype=np.int64)
     n = rows.size
     d = X.shape[1]
     if out.shape != (n, d + 1):
         raise ValueError(f"out must have shape {(n, d + 1)}, got {out.shape}")
-    out[:, d] = 1.0
     if n == 0:
         return out
     chunk_bytes = GATHER_CHUNK_BYTES if chunk_bytes is None else int(chunk_bytes)
-    piece = max(1, chunk_bytes // max(1, d * X.dtype.itemsize))
+    if isinstance(X, RowSource):
+        n_threads = 1  # one file position: its reads stay in order
+    n_threads = max(1, int(n_threads))
+    piece = max(1, chunk_bytes // n_threads // max(1, d * X.dtype.itemsize))
+    for_row_ranges(lambda a, b: _gather_range(X, rows, center, out, piece, a, b), n, n_threads)
+    return out
+
+
+def _gather_range(X, rows, center, out, piece, start, stop):
+    """:func:`gather_rows` of ``rows[start:stop]`` in pieces of ``piece`` rows."""
+    d = X.shape[1]
+    out[start:stop, d] = 1.0
     buf = None
-    for i0 in range(0, n, piece):
-        i1 = min(n, i0 + piece)
+    for i0 in range(start, stop, piece):
+        i1 = min(stop, i0 + piece)
         a, b = int(rows[i0]), int(rows[i1 - 1]) + 1
         if isinstance(X, RowSource):  # read into the buffer, one read per run of rows
             if buf is None:
-                buf = np.empty((min(piece, n), d), dtype=X.dtype)
+                buf = np.empty((min(piece, stop - start), d), dtype=X.dtype)
             src = X.take(rows[i0:i1], out=buf[:i1 - i0])
         elif b - a == i1 - i0:  # a contiguous run: a view of X, no copy
             src = X[a:b]
         else:
             if buf is None:
-                buf = np.empty((min(piece, n), d), dtype=X.dtype)
+                buf = np.empty((min(piece, stop - start), d), dtype=X.dtype)
             src = np.take(X, rows[i0:i1], axis=0, out=buf[:i1 - i0])
         np.subtract(src, center, out=out[i0:i1, :d], casting="unsafe")
-    return out

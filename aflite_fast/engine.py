@@ -137,11 +137,11 @@ def phase_shape(X, n_classes, position_bias=False):
     return 1, X.shape[1] + 1, n_classes
 
 
-def gather(X, rows, center, out, chunk_bytes=None, position_bias=False):
+def gather(X, rows, center, out, chunk_bytes=None, position_bias=False, n_threads=1):
     """The kernel rows of ``rows`` (sorted; items of multiple-choice X: K rows each) into ``out``."""
     if X.ndim == 3:
-        return gather_items(X, rows, center, out, position_bias, chunk_bytes)
-    return gather_rows(X, rows, center, out, chunk_bytes)
+        return gather_items(X, rows, center, out, position_bias, chunk_bytes, n_threads)
+    return gather_rows(X, rows, center, out, chunk_bytes, n_threads)
 
 
 def training_bytes(n_rows, n_models, n_features, n_classes, history, n_member=None, n_threads=1, group=1):
@@ -329,7 +329,7 @@ class Workspace:
         self.buffer = None
         self._held = None  # (X, center, rows, n_columns) of the rows in the buffer, if any
 
-    def rows(self, n_rows, n_columns):
+    def rows(self, n_rows, n_columns, n_threads=1):
         """An (n_rows, n_columns) row array in the workspace's buffer (grown if too small);
         whatever the buffer held is forgotten."""
         self._held = None
@@ -337,9 +337,9 @@ class Workspace:
         if self.buffer is None or self.buffer.size < need:
             self.buffer = None  # let the old one go before the new one is allocated
             self.buffer = kernel.row_buffer(n_rows, n_columns)
-        return kernel.empty_rows(n_rows, n_columns, self.buffer)
+        return kernel.empty_rows(n_rows, n_columns, self.buffer, n_threads)
 
-    def gather(self, X, rows, center, chunk_bytes=None, position_bias=False):
+    def gather(self, X, rows, center, chunk_bytes=None, position_bias=False, n_threads=1):
         """:func:`gather` of ``rows`` (items of multiple-choice X) into the workspace's buffer.
 
         When the buffer holds rows of the same X and centre of which ``rows`` (sorted) is a
@@ -350,12 +350,12 @@ class Workspace:
         key = (D, bool(position_bias))
         kept = self._subset_of_held(X, rows, center, key)
         if kept is None:
-            out = self.rows(rows.size * G, D)
-            gather(X, rows, center, out, chunk_bytes, position_bias)
+            out = self.rows(rows.size * G, D, n_threads)
+            gather(X, rows, center, out, chunk_bytes, position_bias, n_threads)
         else:
             compact_rows(kernel.padded_rows(self.buffer, self._held[2].size * G, D),
                          candidate_rows(kept, G) if G > 1 else kept)
-            out = kernel.empty_rows(rows.size * G, D, self.buffer)  # the same first rows
+            out = kernel.empty_rows(rows.size * G, D, self.buffer, n_threads)  # the same first rows
         self._held = (X, np.array(center, copy=True), rows.copy(), key)
         return out
 
@@ -512,7 +512,7 @@ def score_phase(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="
             nonlocal read_seconds
             r0 = time.perf_counter()
             out = gather(X, rows, center, np.empty((rows.size * G, D), dtype=np.float32), gather_bytes,
-                         position_bias)
+                         position_bias, n_threads)
             if G > 1:
                 out = kernel.item_centered(out, np.arange(rows.size), G)
             read_seconds += time.perf_counter() - r0
@@ -543,9 +543,10 @@ def score_phase(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="
         rows = active[union]
         r0 = time.perf_counter()
         if workspace is not None and len(blocks) == 1:
-            Xa = workspace.gather(X, rows, center, gather_bytes, position_bias)
+            Xa = workspace.gather(X, rows, center, gather_bytes, position_bias, n_threads)
         else:
-            Xa = gather(X, rows, center, kernel.empty_rows(union.size * G, D), gather_bytes, position_bias)
+            Xa = gather(X, rows, center, kernel.empty_rows(union.size * G, D, n_threads=n_threads),
+                        gather_bytes, position_bias, n_threads)
         read_seconds += time.perf_counter() - r0
         coef_b = np.ascontiguousarray(coef[block])
         coef_b, info = kernel.train_models(
@@ -593,8 +594,8 @@ def score_phase(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="
                 Xa = rows_in_memory[s0 * G:(s0 + chunk) * G]
             else:
                 r0 = time.perf_counter()
-                Xa = gather(X, active[p], center, kernel.empty_rows(len(active[p]) * G, D), gather_bytes,
-                            position_bias)
+                Xa = gather(X, active[p], center, kernel.empty_rows(len(active[p]) * G, D, n_threads=n_threads),
+                            gather_bytes, position_bias, n_threads)
                 read_seconds += time.perf_counter() - r0
             heldout = np.subtract(1, member[p], dtype=np.uint8)
             s_, c_, pl_ = seen[p], correct[p], prob_label[p]

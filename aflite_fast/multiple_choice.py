@@ -59,7 +59,7 @@ def candidate_rows(items, K):
     return (np.asarray(items, dtype=np.int64)[:, None] * K + np.arange(K, dtype=np.int64)).ravel()
 
 
-def gather_items(X, items, center, out, position_bias, chunk_bytes=None):
+def gather_items(X, items, center, out, position_bias, chunk_bytes=None, n_threads=1):
     """Write the kernel rows (b) of ``items`` (sorted) of the (N, K, d) X into ``out``
     (len(items) x K, D), reading X as :func:`aflite_fast.data.gather_rows` does."""
     n, K, d = X.shape
@@ -67,7 +67,7 @@ def gather_items(X, items, center, out, position_bias, chunk_bytes=None):
     tail = tail_columns(K, position_bias)
     if out.shape != (rows.size, d + tail.shape[1]):
         raise ValueError(f"out must have shape {(rows.size, d + tail.shape[1])}, got {out.shape}")
-    gather_rows(X.reshape(n * K, d), rows, center, out[:, :d + 1], chunk_bytes)
+    gather_rows(X.reshape(n * K, d), rows, center, out[:, :d + 1], chunk_bytes, n_threads)
     if rows.size:
         out[:, d:] = np.tile(tail, (len(items), 1))
     return out

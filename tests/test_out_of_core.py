@@ -117,3 +117,28 @@ def test_gather_rows_bounded_pieces(readonly_memmap, seed, dtype, chunk_bytes):
         np.subtract(X[rows], center, out=want[:, :13], casting="unsafe")
         want[:, 13] = 1.0
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("n_threads", [2, 3])
+def test_gather_rows_threads_write_the_same_rows(readonly_memmap, seed, dtype, n_threads):
+    """Threads read contiguous ranges of the rows (with their share of the pieces' buffer):
+    the same values as one thread, for arrays and memory maps, contiguous runs and picked
+    rows, in rows padded as the kernel's."""
+    from aflite_fast import kernel
+    from aflite_fast._threads import MIN_ROWS_PER_THREAD
+
+    rng = np.random.default_rng(seed)
+    n = 3 * MIN_ROWS_PER_THREAD + 17
+    X = rng.standard_normal((n, 21)).astype(dtype)
+    center = rng.standard_normal(21).astype(np.float32)
+    cases = [np.arange(n), np.sort(rng.choice(n, n - 900, replace=False)), np.arange(5, 4000)]
+    for source in (X, readonly_memmap(X)):
+        for rows in cases:
+            want = gather_rows(source, rows, center, kernel.empty_rows(rows.size, 22), 4096)
+            buf = kernel.row_buffer(rows.size, 22)
+            buf[:] = np.nan
+            out = kernel.empty_rows(rows.size, 22, buf, n_threads=n_threads)
+            got = gather_rows(source, rows, center, out, 4096, n_threads=n_threads)
+            np.testing.assert_array_equal(got, want)
+            assert np.all(kernel.padded_rows(buf, rows.size, 22)[:, 22:] == 0)
