@@ -88,6 +88,7 @@ cdef extern from "afl_member.h" nogil:
                              double *nodes, int64_t *level, int64_t *index, int64_t *n_nodes,
                              int n_threads)
     void afl_member_init()
+    void afl_member_fuse_items(int on)
     unsigned AFL_PREDICT_TILE_BYTES
     int afl_predict(int64_t n, int64_t D, const float *X, int64_t ldx, int64_t B, int C,
                     const float *W, const int64_t *col_blocks, int64_t ncb, const int32_t *y,
@@ -541,6 +542,12 @@ def member_index(const uint8_t[:, ::1] member,      # IN  (n / G, B) 1 where ite
 def predict_tile_bytes():
     """Bytes of the tile of logits one prediction call holds."""
     return int(AFL_PREDICT_TILE_BYTES)
+
+
+def _fuse_items(bint on):
+    """For tests: multiple choice with the cross-entropy loss in one pass per row block (the
+    default) or scores then gradient (``False``), which must give the same bits."""
+    afl_member_fuse_items(on)
 
 
 def member_width(int64_t D):

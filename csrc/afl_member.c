@@ -36,6 +36,11 @@ typedef struct {
     int64_t *ni, imax, ldg;
     int32_t *istart, *imodel, *iidx;
     float *gf;
+    /* multiple choice with the cross-entropy loss, one pass per row block (item_block_ce):
+     * the models' running gradient sums over all features (Dp floats per model) and the loss
+     * terms of their items */
+    float *gfull;
+    double *igap, *isum;
     double *work;
 } afl_member_scratch;
 
@@ -158,6 +163,15 @@ void afl_member_index(int64_t n, int64_t B, const uint8_t *member, int64_t nrb,
     }
 }
 
+/* Multiple choice with the cross-entropy loss in one pass per row block (item_block_ce), or
+ * (0, for tests: the two passes it must equal bit for bit) scores first, then the gradient. */
+static int afl_items_fused = 1;
+
+void afl_member_fuse_items(int on)
+{
+    afl_items_fused = on != 0;
+}
+
 /* Where the member pass puts each unit's sums (called in unit order). */
 typedef void (*afl_member_sink)(void *ctx, int64_t u, double **part, int64_t nA, int64_t P,
                                 int64_t stride);
@@ -218,7 +232,8 @@ static int member_range(const afl_member_set *s, int64_t nA, const int64_t *acti
         w.cur = (int64_t *)malloc((size_t)(2 * nA) * sizeof(int64_t));
         w.ni = NULL;
         w.istart = w.imodel = w.iidx = NULL;
-        w.gf = NULL;
+        w.gf = w.gfull = NULL;
+        w.igap = w.isum = NULL;
         w.imax = qmax / 2 + 1;
         w.ldg = AFL_MEMBER_SLICE + 32;  /* a gradient slice's floats, whatever the vector width */
         int item_ok = 1;
@@ -230,6 +245,12 @@ static int member_range(const afl_member_set *s, int64_t nA, const int64_t *acti
             w.iidx = (int32_t *)malloc((size_t)ne * sizeof(int32_t));
             w.gf = (float *)malloc((size_t)(nA * w.ldg) * sizeof(float));
             item_ok = w.ni && w.istart && w.imodel && w.iidx && w.gf;
+            if (s->loss_code == AFL_LOSS_CE && afl_items_fused) {
+                w.gfull = (float *)malloc((size_t)(nA * s->Dp) * sizeof(float));
+                w.igap = (double *)malloc((size_t)ne * sizeof(double));
+                w.isum = (double *)malloc((size_t)ne * sizeof(double));
+                item_ok = item_ok && w.gfull && w.igap && w.isum;
+            }
         }
         const int ok = part && w.Z && w.R && w.zb && w.yl && w.off && w.work && w.cur && item_ok;
         if (!ok) {
@@ -269,6 +290,9 @@ static int member_range(const afl_member_set *s, int64_t nA, const int64_t *acti
         free(w.imodel);
         free(w.iidx);
         free(w.gf);
+        free(w.gfull);
+        free(w.igap);
+        free(w.isum);
     }
     return failed ? -1 : 0;
 }

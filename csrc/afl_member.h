@@ -53,7 +53,10 @@
  *     of each model, and the same determinism.  With 2 <= G <= 4 the scores and the gradient
  *     go item by item (an item's candidate rows in registers serve every model that trains
  *     on it, models four at a time), by the same instructions per dot product and per
- *     gradient element as model by model, so with the same bits.  Prediction: the GEMM
+ *     gradient element as model by model, so with the same bits; with the cross-entropy loss
+ *     a row block is one pass over its items (scores, loss step and gradient of an item while
+ *     its rows are in L1: each row read once per evaluation, not twice), again with the same
+ *     operations in the same order, so the same bits.  Prediction: the GEMM
  *     scores every candidate row, and the row pass reads an item's G x B scores as G classes
  *     of B models.
  */
@@ -127,6 +130,11 @@ int afl_member_eval_tree(const afl_member_set *s, int64_t nA, const int64_t *act
                          const int64_t *gleaf, int64_t leaf_lo, int64_t leaf_hi, int64_t max_nodes,
                          double *nodes, int64_t *level, int64_t *index, int64_t *n_nodes,
                          int n_threads);
+
+/* Multiple choice with the cross-entropy loss: one pass per row block (on, the default) or the
+ * scores and then the gradient (off; for tests, which compare the two bit for bit).  Not to be
+ * called while a pass runs. */
+void afl_member_fuse_items(int on);
 
 /* Pick the instruction set of the row passes (call once before any thread may use them). */
 void afl_member_init(void);

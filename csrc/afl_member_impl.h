@@ -554,6 +554,122 @@ static void AFL_F(item_grad)(const afl_member_set *s, int64_t rb, int64_t ni, in
                               *(const AFL_F(mvf_t) *)(gf + a * ldg + v * AFL_VL));
     }
 }
+
+/* exp_nonpositive, not inlined: with a constant count the compiler turns its loop into scalar
+ * code; out of line it stays the vectorised loop (the same values either way). */
+static __attribute__((noinline)) void AFL_F(exp_vec)(double *w, int64_t n)
+{
+    AFL_F(exp_nonpositive)(w, n);
+}
+
+/* Multiple choice of 2-4 candidates with the cross-entropy loss: row block rb in one pass over
+ * its items.  For each item, the models that train on it, four at a time: their scores (dot4
+ * over the logit slices, as item_logits), the loss step of ce_rows for those items (the same
+ * double operations per item), and at once the gradient, while the item's candidate rows are
+ * still in L1 (item_grad_tile over all the features, into the models' running float sums,
+ * gfull: Dp floats per model).  So a row comes from memory once per evaluation instead of once
+ * for the scores and again for the gradient (at t/N = 0.1 the two passes were bound by the
+ * memory's bandwidth).  Every score, logit gradient, loss term and gradient chain takes the
+ * same operations in the same order as the two passes, so the bits are theirs.  The loss
+ * terms (gap, ssum: per model's item, at (off[a] - off[0]) / G + its index) are summed per
+ * model at the end of the row block, in ce_rows's order. */
+static void AFL_F(item_block_ce)(const afl_member_set *s, int64_t rb, int64_t ni, int64_t nA,
+                                 const int32_t *istart, const int32_t *imodel, const int32_t *iidx,
+                                 const int64_t *off, const float *W, int64_t P,
+                                 const double *scale, float *gfull, double *gap, double *ssum,
+                                 double *part, int64_t stride)
+{
+    const int G = s->G;
+    const int64_t D = s->D, Dp = s->Dp, r0 = s->row_blocks[rb], ldx = s->ldx;
+    const int64_t nvec = (D + AFL_VL - 1) / AFL_VL, nv = nvec;
+    const int64_t nsl = (nvec * AFL_VL + AFL_LOGIT_SLICE - 1) / AFL_LOGIT_SLICE;
+    const int rem = (int)(D - (nvec - 1) * AFL_VL) % AFL_VL;  /* the last vector's features */
+    for (int64_t a = 0; a < nA; a++)
+        if (off[a + 1] > off[a]) memset(gfull + a * Dp, 0, (size_t)(nvec * AFL_VL) * sizeof(float));
+    double e[16] __attribute__((aligned(64)));
+    float res[4][4];
+    for (int64_t it = 0; it < ni; it++) {
+        const int32_t p0 = istart[it], p1 = istart[it + 1];
+        if (p0 == p1) continue;
+        const int64_t row = r0 + it * G, next = it + 1 < ni ? row + G : row;
+        const int32_t yi = s->y[row / G];
+        if (it + AFL_ITEM_AHEAD < ni)
+            AFL_F(prefetch_slice)(s, row + AFL_ITEM_AHEAD * G, row + (AFL_ITEM_AHEAD + 1) * G, 0, nvec);
+        const float *x[4], *xn[4];
+        for (int c = 0; c < 4; c++) {
+            x[c] = s->X + (row + (c < G ? c : G - 1)) * ldx;
+            xn[c] = s->X + (next + (c < G ? c : G - 1)) * ldx;
+        }
+        for (int32_t p = p0; p < p1; p += 4) {
+            const int M = p1 - p < 4 ? p1 - p : 4;
+            const float *w[4];
+            float *g[4];
+            for (int m = 0; m < 4; m++) {
+                const int32_t a = imodel[p + (m < M ? m : 0)];
+                w[m] = W + (int64_t)a * P;
+                g[m] = gfull + a * Dp;
+            }
+            /* scores: the logit slices in order, as item_logits adds them up */
+            float z[4][4];
+            for (int64_t k = 0; k < nsl; k++) {
+                int64_t v0, v1;
+                int srem;
+                AFL_F(slice)(D, nvec, nsl, k, &v0, &v1, &srem);
+                switch (M) {
+                case 1: AFL_F(dot4)(x, xn, w, v0, v1, srem, 1, res); break;
+                case 2: AFL_F(dot4)(x, xn, w, v0, v1, srem, 2, res); break;
+                case 3: AFL_F(dot4)(x, xn, w, v0, v1, srem, 3, res); break;
+                default: AFL_F(dot4)(x, xn, w, v0, v1, srem, 4, res); break;
+                }
+                for (int m = 0; m < M; m++)
+                    for (int c = 0; c < G; c++) z[m][c] = k == 0 ? res[m][c] : z[m][c] + res[m][c];
+            }
+            /* the loss step of ce_rows over these items of G candidates */
+            for (int j = 0; j < 16; j++) e[j] = 0.0;
+            double mx[4];
+            for (int m = 0; m < M; m++) {
+                for (int c = 0; c < G; c++) e[m * 4 + c] = (double)z[m][c];
+                mx[m] = e[m * 4];
+                for (int c = 1; c < G; c++) mx[m] = e[m * 4 + c] > mx[m] ? e[m * 4 + c] : mx[m];
+            }
+            for (int m = 0; m < M; m++) {
+                const int64_t a = imodel[p + m], idx = (off[a] - off[0]) / G + iidx[p + m] / G;
+                gap[idx] = mx[m] - e[m * 4 + yi];
+                for (int c = 0; c < G; c++) e[m * 4 + c] -= mx[m];  /* exact: both floats */
+            }
+            AFL_F(exp_vec)(e, 16);
+            float r[4][4] = {{0}};
+            for (int m = 0; m < M; m++) {
+                const int64_t a = imodel[p + m], idx = (off[a] - off[0]) / G + iidx[p + m] / G;
+                double sm = e[m * 4];
+                for (int c = 1; c < G; c++) sm += e[m * 4 + c];
+                ssum[idx] = sm;
+                const double sa = scale[a], sc = sa / sm;
+                for (int c = 0; c < G; c++) r[m][c] = (float)(e[m * 4 + c] * sc - (c == yi ? sa : 0.0));
+            }
+            /* the gradient from the rows still in L1 */
+            switch (G) {
+            case 2: AFL_ITEM_GRAD_M(2) break;
+            case 3: AFL_ITEM_GRAD_M(3) break;
+            default: AFL_ITEM_GRAD_M(4) break;
+            }
+        }
+    }
+    for (int64_t a = 0; a < nA; a++) {
+        if (off[a + 1] == off[a]) continue;
+        /* -log p_y as ce_rows sums it: (max - z_y) + log s, one log per product near overflow */
+        const int64_t qi = (off[a + 1] - off[a]) / G, b0 = (off[a] - off[0]) / G;
+        double lin = 0.0, logs = 0.0, prod = 1.0;
+        for (int64_t i = 0; i < qi; i++) {
+            lin += gap[b0 + i];
+            prod *= ssum[b0 + i];
+            if (prod > 1e280) { logs += log(prod); prod = 1.0; }
+        }
+        part[a * stride + P] += lin + (logs + log(prod));
+        for (int64_t v = 0; v < nvec; v++)
+            AFL_F(add_double)(part + a * stride + v * AFL_VL, *(const AFL_F(mvf_t) *)(gfull + a * Dp + v * AFL_VL));
+    }
+}
 #undef AFL_ITEM_GRAD_M
 
 /* Every active model over its member rows of the row blocks of super-block sb:
@@ -604,6 +720,16 @@ static void AFL_F(super_block)(const afl_member_set *s, int64_t sb, int64_t nA,
             w->ni[rb - rb0] = AFL_F(item_lists)(s, rb, nA, active, off, w->istart + (rb - rb0) * ist,
                                                 w->imodel + e0, w->iidx + e0);
         }
+    if (item_major && s->loss_code == AFL_LOSS_CE && w->gfull) {
+        for (int64_t rb = rb0; rb < rb1; rb++) {
+            const int64_t *off = w->off + (rb - rb0) * A1, e0 = off[0] / s->G;
+            if (off[nA] == off[0]) continue;
+            AFL_F(item_block_ce)(s, rb, w->ni[rb - rb0], nA, w->istart + (rb - rb0) * ist,
+                                 w->imodel + e0, w->iidx + e0, off, W, P, scale, w->gfull,
+                                 w->igap + e0, w->isum + e0, part, stride);
+        }
+        return;
+    }
     for (int64_t rb = rb0; rb < rb1; rb++) {
         const int64_t *off = w->off + (rb - rb0) * A1;
         if (off[nA] == off[0]) continue;

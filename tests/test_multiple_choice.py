@@ -274,3 +274,32 @@ def test_synthetic_experiment_removes_the_artifact(seed, tmp_path):
     assert sorted(p.name for p in (tmp_path / "mc").iterdir() if not p.name.startswith(".")) == [
         "figure.png", "table.csv", "table.md"]
     assert main(["synthetic", "--multiple-choice", "--out", str(tmp_path / "x"), "--flip-rate", "0.2"]) == 2
+
+
+@pytest.mark.parametrize("K, d, position_bias", [(2, 9, False), (3, 100, True), (4, 37, False),
+                                                 (4, 1300, True)])
+@pytest.mark.parametrize("n_threads", [1, 2])
+def test_one_pass_per_row_block_is_bitwise_the_two_passes(seed, K, d, position_bias, n_threads):
+    """With the cross-entropy loss the kernel takes an item's scores, loss step and gradient
+    in one pass; a whole phase (every solver round) gives the bits of scores first, gradient
+    after, for 2-4 candidates, one and two logit slices, with and without position bias."""
+    from aflite_fast import _kernel
+
+    rng = np.random.default_rng([seed, 303, K, d])
+    n = 1500 if d < 1000 else 400
+    X, y = make_items(rng, n, K, d)
+    center = np.zeros(d, dtype=np.float32)
+    train_pos = engine.partition_train_positions(seed, 0, n, n // 4, 8)
+    active = np.arange(n, dtype=np.int64)
+    results = []
+    try:
+        for fused in (True, False):
+            _kernel._fuse_items(fused)
+            results.append(engine.score_phase(X, y.astype(np.int32), active, center, train_pos,
+                                              n_classes=K, n_threads=n_threads,
+                                              position_bias=position_bias))
+    finally:
+        _kernel._fuse_items(True)
+    one, two = results
+    for field in ("coef", "correct", "prob_label", "seen", "n_eval", "n_iter"):
+        assert np.array_equal(getattr(one, field), getattr(two, field)), field
