@@ -465,14 +465,6 @@ def uncenter_coef(coef, center):
     return coef
 
 
-def center_coef(coef, center):
-    """Inverse of :func:`uncenter_coef`."""
-    coef = np.array(coef, dtype=np.float64, copy=True)
-    if center is not None:
-        coef[..., -1, :] += np.einsum("k,...kc->...c", np.asarray(center, np.float64), coef[..., :-1, :])
-    return coef
-
-
 def block_bounds(n, size):
     """Boundaries 0, size, 2 size, ..., n as int64 (at least [0, n])."""
     b = np.arange(0, n, size, dtype=np.int64)
