@@ -90,6 +90,7 @@ cdef extern from "afl_member.h" nogil:
     void afl_member_init()
     void afl_member_fuse_items(int on)
     unsigned AFL_PREDICT_TILE_BYTES
+    int AFL_PREDICT_MIN_TILE
     int afl_predict(int64_t n, int64_t D, const float *X, int64_t ldx, int64_t B, int C,
                     const float *W, const int64_t *col_blocks, int64_t ncb, const int32_t *y,
                     const uint8_t *heldout, int32_t *seen, int32_t *correct, double *prob_label,
@@ -540,8 +541,14 @@ def member_index(const uint8_t[:, ::1] member,      # IN  (n / G, B) 1 where ite
 
 
 def predict_tile_bytes():
-    """Bytes of the tile of logits one prediction call holds."""
+    """Bytes of the tile of logits one prediction call holds (unless that is fewer rows than
+    :func:`predict_min_tile_rows`)."""
     return int(AFL_PREDICT_TILE_BYTES)
+
+
+def predict_min_tile_rows():
+    """Rows (items) of a prediction tile at least."""
+    return int(AFL_PREDICT_MIN_TILE)
 
 
 def _fuse_items(bint on):
@@ -1220,7 +1227,8 @@ def predict_accumulate(const float[:, :] X,          # IN  (n, D) rows with a tr
                        double[:, ::1] proba_sum,      # IN/OUT (n, C) summed probabilities, or (0, C)
                        int n_threads, int64_t tile_rows=0, int group=1):
     """Predict rows with every model that holds them out and accumulate the counts; the logits
-    of ``tile_rows`` rows at a time (0: predict_tile_bytes() of them).  With ``group`` > 1 (and
+    of ``tile_rows`` rows at a time (0: predict_tile_bytes() of them, at least
+    predict_min_tile_rows()).  With ``group`` > 1 (and
     n_classes == 1) X holds ``group`` candidate rows per item, and y, heldout, seen, correct,
     prob_label and proba_sum (n / group, group) are per item."""
     if group < 1 or (group > 1 and n_classes != 1) or X.shape[0] % group != 0:

@@ -824,8 +824,9 @@ def stack_weights(coef):
 
 
 def predict_tile_rows(n_models, n_classes):
-    """Rows whose logits one prediction tile holds (``_kernel.predict_tile_bytes()`` of them)."""
-    return max(1, _kernel.predict_tile_bytes() // (4 * n_models * n_classes))
+    """Rows of one prediction tile: ``_kernel.predict_tile_bytes()`` of logits, at least
+    ``_kernel.predict_min_tile_rows()`` rows (never more than the rows of the call)."""
+    return max(_kernel.predict_min_tile_rows(), _kernel.predict_tile_bytes() // (4 * n_models * n_classes))
 
 
 def predict_accumulate(Xa, y, heldout, W, n_classes, seen, correct, prob_label,

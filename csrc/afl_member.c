@@ -552,7 +552,10 @@ int afl_predict(int64_t n, int64_t D, const float *X, int64_t ldx, int64_t B, in
     afl_member_init();
     if (n_threads < 1) n_threads = 1;
     /* a tile of items at a time: its logits stay in cache for the row pass */
-    if (tile <= 0) tile = (int64_t)(AFL_PREDICT_TILE_BYTES / sizeof(float)) / (BC * G);
+    if (tile <= 0) {
+        tile = (int64_t)(AFL_PREDICT_TILE_BYTES / sizeof(float)) / (BC * G);
+        if (tile < AFL_PREDICT_MIN_TILE) tile = AFL_PREDICT_MIN_TILE;
+    }
     if (tile < 1) tile = 1;
     if (tile > n) tile = n;
     float *Z = (float *)malloc((size_t)(tile * G * BC) * sizeof(float));

@@ -139,8 +139,12 @@ void afl_member_fuse_items(int on);
 /* Pick the instruction set of the row passes (call once before any thread may use them). */
 void afl_member_init(void);
 
-/* Bytes of logits a prediction tile holds by default (they are consumed while in cache). */
+/* Bytes of logits a prediction tile holds by default (they are consumed while in cache), and
+ * its rows at least: each tile is one GEMM call, which packs all of W again, so with many
+ * outputs per row (C = 100 classes of 32 models: 327 rows in 4 MB) small tiles cost a quarter
+ * of the prediction in packing and thread start-up. */
 #define AFL_PREDICT_TILE_BYTES (4u << 20)
+#define AFL_PREDICT_MIN_TILE 2048
 
 /* Held-out predictions of B models on n rows (stride ldx), W the D x (C * B) class-major
  * weights (column c * B + j: class c of model j).  With G > 1 (and C == 1) the n items are

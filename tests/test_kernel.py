@@ -233,3 +233,30 @@ def test_predict_accumulate_matches_numpy(seed, make_problem):
     kernel.predict_accumulate(Xa, np.full(n, -1, np.int32), heldout, W, C, seen2, correct2, prob2)
     assert np.array_equal(seen2, heldout.sum(axis=1))
     assert not correct2.any() and not prob2.any()
+
+
+@pytest.mark.parametrize("n_classes, n_models", [(3, 4), (40, 6)])
+def test_prediction_tiles_change_no_bit(seed, n_classes, n_models):
+    """The logits are computed a tile of rows at a time (by default at least
+    ``predict_min_tile_rows`` rows, whatever the number of outputs): the counts and summed
+    probabilities are the same bits for any tile height, one thread or two."""
+    from aflite_fast import _kernel
+
+    rng = np.random.default_rng([seed, n_classes])
+    n, d = 2 * _kernel.predict_min_tile_rows() + 300, 20
+    Xa = kernel.augment_rows(rng.standard_normal((n, d)).astype(np.float32))
+    W = (0.3 * rng.standard_normal((d + 1, n_classes * n_models))).astype(np.float32)
+    y = rng.integers(0, n_classes, n).astype(np.int32)
+    heldout = (rng.random((n, n_models)) < 0.6).astype(np.uint8)
+    kb = kernel.block_bounds(d + 1, kernel.COL_BLOCK)
+    out = []
+    for tile, n_threads in ((0, 1), (0, 2), (1, 2), (333, 1), (n, 2)):
+        seen, correct = np.zeros(n, np.int32), np.zeros(n, np.int32)
+        prob, proba = np.zeros(n), np.zeros((n, n_classes))
+        _kernel.predict_accumulate(Xa, y, heldout, W, kb, n_classes, seen, correct, prob, proba,
+                                   n_threads, tile, 1)
+        out.append((seen, correct, prob, proba))
+    for other in out[1:]:
+        for a, b in zip(out[0], other):
+            assert np.array_equal(a, b)
+    assert np.array_equal(out[0][0], heldout.sum(axis=1))
