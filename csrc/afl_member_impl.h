@@ -305,6 +305,20 @@ static inline void AFL_F(exp_and_sum)(double *e, int C, int64_t n, int64_t ld, c
     }
 }
 
+/* sum_i -log p_{y_i} = sum_i (max_i - z_{i,y_i}) + log s_i over q rows from gap_i = max_i -
+ * z_{i,y_i} and the softmax denominators s_i, in row order: one log per 8 rows at most (a
+ * product of s_i in [1, C], folded into the sum before it can overflow). */
+static inline double AFL_F(ce_loss_sum)(const double *gap, const double *s, int64_t q)
+{
+    double lin = 0.0, logs = 0.0, prod = 1.0;
+    for (int64_t i = 0; i < q; i++) {
+        lin += gap[i];
+        prod *= s[i];
+        if (prod > 1e280) { logs += log(prod); prod = 1.0; }
+    }
+    return lin + (logs + log(prod));
+}
+
 /* Cross-entropy over q rows: returns sum_i -log p_{y_i} and writes
  * R[i * C + c] = scale * (p_ic - [c == y_i]) (float32).  Vectorised over the rows: logits are
  * moved into class-major doubles (rows padded to whole vectors with zeros), so the max, the
@@ -334,15 +348,7 @@ static double AFL_F(ce_rows)(int64_t q, int C, const float *Z, const int32_t *yl
         for (int64_t i = 0; i < q; i++)
             R[i * C + c] = (float)(ec[i] * sc[i] - (c == yl[i] ? scale : 0.0));
     }
-    /* -log p_y = (max - z_y) + log s: one log per 8 rows at most (a product of s_i in
-     * [1, C], folded into the sum before it can overflow) */
-    double lin = 0.0, logs = 0.0, prod = 1.0;
-    for (int64_t i = 0; i < q; i++) {
-        lin += gap[i];
-        prod *= s[i];
-        if (prod > 1e280) { logs += log(prod); prod = 1.0; }
-    }
-    return lin + (logs + log(prod));
+    return AFL_F(ce_loss_sum)(gap, s, q);
 }
 
 /* Any other loss: afl_row_loss once per row (libm, double). */
@@ -509,6 +515,33 @@ AFL_F(item_grad_tile)(const float *const x[4], int G, const float r[4][4], float
     default: AFL_F(item_grad_tile)(x, Gv, r, g, 4, nv, rem); break;           \
     }
 
+/* item_grad_tile with the candidate and model counts constant at each call site. */
+static inline __attribute__((always_inline)) void
+AFL_F(item_grad_models)(const float *const x[4], int G, const float r[4][4], float *const g[4],
+                        int M, int64_t nv, int rem)
+{
+    switch (G) {
+    case 2: AFL_ITEM_GRAD_M(2) break;
+    case 3: AFL_ITEM_GRAD_M(3) break;
+    default: AFL_ITEM_GRAD_M(4) break;
+    }
+}
+#undef AFL_ITEM_GRAD_M
+
+/* part[a * stride + (v0 + v) * VL ...] += the running float sums gf[a * ldg + v * VL ...],
+ * v < nv, in double, for the models with rows in the row block (off as in super_block). */
+static inline void AFL_F(add_item_sums)(int64_t nA, const int64_t *off, const float *gf,
+                                        int64_t ldg, int64_t v0, int64_t nv, double *part,
+                                        int64_t stride)
+{
+    for (int64_t a = 0; a < nA; a++) {
+        if (off[a + 1] == off[a]) continue;
+        for (int64_t v = 0; v < nv; v++)
+            AFL_F(add_double)(part + a * stride + (v0 + v) * AFL_VL,
+                              *(const AFL_F(mvf_t) *)(gf + a * ldg + v * AFL_VL));
+    }
+}
+
 /* The gradient of every model over its items of row block rb, for the feature vectors
  * [v0, v1) of a gradient slice: running float sums per model (gf, ldg floats per model) from
  * zero over the items in row order, then added in double to part (model a at a * stride),
@@ -540,19 +573,10 @@ static void AFL_F(item_grad)(const afl_member_set *s, int64_t rb, int64_t ni, in
                 g[m] = gf + a * ldg;
                 for (int c = 0; c < G; c++) r[m][c] = R[off[a] + iidx[p + (m < M ? m : 0)] + c];
             }
-            switch (G) {
-            case 2: AFL_ITEM_GRAD_M(2) break;
-            case 3: AFL_ITEM_GRAD_M(3) break;
-            default: AFL_ITEM_GRAD_M(4) break;
-            }
+            AFL_F(item_grad_models)(x, G, r, g, M, nv, rem);
         }
     }
-    for (int64_t a = 0; a < nA; a++) {
-        if (off[a + 1] == off[a]) continue;
-        for (int64_t v = 0; v < nv; v++)
-            AFL_F(add_double)(part + a * stride + (v0 + v) * AFL_VL,
-                              *(const AFL_F(mvf_t) *)(gf + a * ldg + v * AFL_VL));
-    }
+    AFL_F(add_item_sums)(nA, off, gf, ldg, v0, nv, part, stride);
 }
 
 /* exp_nonpositive, not inlined: with a constant count the compiler turns its loop into scalar
@@ -648,29 +672,17 @@ static void AFL_F(item_block_ce)(const afl_member_set *s, int64_t rb, int64_t ni
                 for (int c = 0; c < G; c++) r[m][c] = (float)(e[m * 4 + c] * sc - (c == yi ? sa : 0.0));
             }
             /* the gradient from the rows still in L1 */
-            switch (G) {
-            case 2: AFL_ITEM_GRAD_M(2) break;
-            case 3: AFL_ITEM_GRAD_M(3) break;
-            default: AFL_ITEM_GRAD_M(4) break;
-            }
+            AFL_F(item_grad_models)(x, G, r, g, M, nv, rem);
         }
     }
     for (int64_t a = 0; a < nA; a++) {
         if (off[a + 1] == off[a]) continue;
-        /* -log p_y as ce_rows sums it: (max - z_y) + log s, one log per product near overflow */
+        /* the model's loss as ce_rows sums it */
         const int64_t qi = (off[a + 1] - off[a]) / G, b0 = (off[a] - off[0]) / G;
-        double lin = 0.0, logs = 0.0, prod = 1.0;
-        for (int64_t i = 0; i < qi; i++) {
-            lin += gap[b0 + i];
-            prod *= ssum[b0 + i];
-            if (prod > 1e280) { logs += log(prod); prod = 1.0; }
-        }
-        part[a * stride + P] += lin + (logs + log(prod));
-        for (int64_t v = 0; v < nvec; v++)
-            AFL_F(add_double)(part + a * stride + v * AFL_VL, *(const AFL_F(mvf_t) *)(gfull + a * Dp + v * AFL_VL));
+        part[a * stride + P] += AFL_F(ce_loss_sum)(gap + b0, ssum + b0, qi);
     }
+    AFL_F(add_item_sums)(nA, off, gfull, Dp, 0, nvec, part, stride);
 }
-#undef AFL_ITEM_GRAD_M
 
 /* Every active model over its member rows of the row blocks of super-block sb:
  * part[a * stride + 0 : C * Dp] += the gradient (class-major), part[a * stride + C * Dp] +=
