@@ -132,6 +132,19 @@ AFL_F(dot4)(const float *const x[4], const float *const xn[4], const float *cons
     for (int c = 0; c < cg; c++) AFL_F(reduce4)(acc[c][0], acc[c][1], acc[c][2], acc[c][3], res[c]);
 }
 
+/* dot4 with the weight-vector count constant at each call site (accumulators in registers). */
+static inline __attribute__((always_inline)) void
+AFL_F(dots)(const float *const x[4], const float *const xn[4], const float *const w[4],
+            int64_t v0, int64_t v1, int rem, int cg, float res[4][4])
+{
+    switch (cg) {
+    case 1: AFL_F(dot4)(x, xn, w, v0, v1, rem, 1, res); break;
+    case 2: AFL_F(dot4)(x, xn, w, v0, v1, rem, 2, res); break;
+    case 3: AFL_F(dot4)(x, xn, w, v0, v1, rem, 3, res); break;
+    default: AFL_F(dot4)(x, xn, w, v0, v1, rem, 4, res); break;
+    }
+}
+
 /* Logits of the member rows X[rows[i]] (stride ldx), i_begin <= i < i_end (i_begin a multiple
  * of four), for the class-major weights W (C x Dp), over the feature vectors of one slice
  * [v0, v1): Z[i * C + c] = the slice's dot product (first slice) or Z + it (later slices).
@@ -154,13 +167,7 @@ static void AFL_F(logits)(const float *X, int64_t ldx, int64_t Dp, const int32_t
             int cg = C - c0 < 4 ? C - c0 : 4;
             const float *w[4];
             for (int c = 0; c < 4; c++) w[c] = W + (int64_t)(c0 + (c < cg ? c : 0)) * Dp;
-            /* constant class counts, so each call site keeps its accumulators in registers */
-            switch (cg) {
-            case 1: AFL_F(dot4)(x, xn, w, v0, v1, rem, 1, res); break;
-            case 2: AFL_F(dot4)(x, xn, w, v0, v1, rem, 2, res); break;
-            case 3: AFL_F(dot4)(x, xn, w, v0, v1, rem, 3, res); break;
-            default: AFL_F(dot4)(x, xn, w, v0, v1, rem, 4, res); break;
-            }
+            AFL_F(dots)(x, xn, w, v0, v1, rem, cg, res);
             float *z = Z + i0 * C + c0;
             if (first)
                 for (int r = 0; r < nr; r++)
@@ -429,6 +436,18 @@ static int64_t AFL_F(item_lists)(const afl_member_set *s, int64_t rb, int64_t nA
     return ni;
 }
 
+/* The candidate rows of the item at `row` and of the next one (the last candidate repeated up
+ * to four; its results are dropped). */
+static inline void AFL_F(item_rows)(const afl_member_set *s, int64_t row, int64_t next,
+                                    const float *x[4], const float *xn[4])
+{
+    const int G = s->G;
+    for (int c = 0; c < 4; c++) {
+        x[c] = s->X + (row + (c < G ? c : G - 1)) * s->ldx;
+        xn[c] = s->X + (next + (c < G ? c : G - 1)) * s->ldx;
+    }
+}
+
 /* Logits (scores) of every item of row block rb for each model that trains on it, over the
  * feature vectors [v0, v1) of a logit slice: into Z as AFL_F(logits) writes them (model a's
  * rows at Z + off[a] - off[0]).  Models go four at a time with the item's candidates padded
@@ -439,7 +458,7 @@ static void AFL_F(item_logits)(const afl_member_set *s, int64_t rb, int64_t ni,
                                int64_t v1, int rem, int first, float *Z)
 {
     const int G = s->G;
-    const int64_t r0 = s->row_blocks[rb], ldx = s->ldx;
+    const int64_t r0 = s->row_blocks[rb];
     float res[4][4];
     for (int64_t it = 0; it < ni; it++) {
         const int32_t p0 = istart[it], p1 = istart[it + 1];
@@ -449,20 +468,12 @@ static void AFL_F(item_logits)(const afl_member_set *s, int64_t rb, int64_t ni,
         if (it + AFL_ITEM_AHEAD < ni)
             AFL_F(prefetch_slice)(s, row + AFL_ITEM_AHEAD * G, row + (AFL_ITEM_AHEAD + 1) * G, v0, v1);
         const float *x[4], *xn[4];
-        for (int c = 0; c < 4; c++) {
-            x[c] = s->X + (row + (c < G ? c : G - 1)) * ldx;
-            xn[c] = s->X + (next + (c < G ? c : G - 1)) * ldx;
-        }
+        AFL_F(item_rows)(s, row, next, x, xn);
         for (int32_t p = p0; p < p1; p += 4) {
             const int M = p1 - p < 4 ? p1 - p : 4;
             const float *w[4];
             for (int m = 0; m < 4; m++) w[m] = W + (int64_t)imodel[p + (m < M ? m : 0)] * P;
-            switch (M) {
-            case 1: AFL_F(dot4)(x, xn, w, v0, v1, rem, 1, res); break;
-            case 2: AFL_F(dot4)(x, xn, w, v0, v1, rem, 2, res); break;
-            case 3: AFL_F(dot4)(x, xn, w, v0, v1, rem, 3, res); break;
-            default: AFL_F(dot4)(x, xn, w, v0, v1, rem, 4, res); break;
-            }
+            AFL_F(dots)(x, xn, w, v0, v1, rem, M, res);
             for (int m = 0; m < M; m++) {
                 float *z = Z + (off[imodel[p + m]] - off[0]) + iidx[p + m];
                 if (first)
@@ -604,7 +615,7 @@ static void AFL_F(item_block_ce)(const afl_member_set *s, int64_t rb, int64_t ni
                                  double *part, int64_t stride)
 {
     const int G = s->G;
-    const int64_t D = s->D, Dp = s->Dp, r0 = s->row_blocks[rb], ldx = s->ldx;
+    const int64_t D = s->D, Dp = s->Dp, r0 = s->row_blocks[rb];
     const int64_t nvec = (D + AFL_VL - 1) / AFL_VL, nv = nvec;
     const int64_t nsl = (nvec * AFL_VL + AFL_LOGIT_SLICE - 1) / AFL_LOGIT_SLICE;
     const int rem = (int)(D - (nvec - 1) * AFL_VL) % AFL_VL;  /* the last vector's features */
@@ -620,10 +631,7 @@ static void AFL_F(item_block_ce)(const afl_member_set *s, int64_t rb, int64_t ni
         if (it + AFL_ITEM_AHEAD < ni)
             AFL_F(prefetch_slice)(s, row + AFL_ITEM_AHEAD * G, row + (AFL_ITEM_AHEAD + 1) * G, 0, nvec);
         const float *x[4], *xn[4];
-        for (int c = 0; c < 4; c++) {
-            x[c] = s->X + (row + (c < G ? c : G - 1)) * ldx;
-            xn[c] = s->X + (next + (c < G ? c : G - 1)) * ldx;
-        }
+        AFL_F(item_rows)(s, row, next, x, xn);
         for (int32_t p = p0; p < p1; p += 4) {
             const int M = p1 - p < 4 ? p1 - p : 4;
             const float *w[4];
@@ -639,12 +647,7 @@ static void AFL_F(item_block_ce)(const afl_member_set *s, int64_t rb, int64_t ni
                 int64_t v0, v1;
                 int srem;
                 AFL_F(slice)(D, nvec, nsl, k, &v0, &v1, &srem);
-                switch (M) {
-                case 1: AFL_F(dot4)(x, xn, w, v0, v1, srem, 1, res); break;
-                case 2: AFL_F(dot4)(x, xn, w, v0, v1, srem, 2, res); break;
-                case 3: AFL_F(dot4)(x, xn, w, v0, v1, srem, 3, res); break;
-                default: AFL_F(dot4)(x, xn, w, v0, v1, srem, 4, res); break;
-                }
+                AFL_F(dots)(x, xn, w, v0, v1, srem, M, res);
                 for (int m = 0; m < M; m++)
                     for (int c = 0; c < G; c++) z[m][c] = k == 0 ? res[m][c] : z[m][c] + res[m][c];
             }
