@@ -144,6 +144,14 @@ def gather(X, rows, center, out, chunk_bytes=None, position_bias=False, n_thread
     return gather_rows(X, rows, center, out, chunk_bytes, n_threads)
 
 
+def gather_new(X, rows, center, chunk_bytes=None, position_bias=False, n_threads=1):
+    """:func:`gather` of ``rows`` into new kernel rows (``kernel.empty_rows``), both on
+    ``n_threads`` threads."""
+    G, D, _ = phase_shape(X, 1, position_bias)
+    out = kernel.empty_rows(len(rows) * G, D, n_threads=n_threads)
+    return gather(X, rows, center, out, chunk_bytes, position_bias, n_threads)
+
+
 def training_bytes(n_rows, n_models, n_features, n_classes, history, n_member=None, n_threads=1, group=1):
     """Scratch bytes of one kernel call training ``n_models`` models on ``n_rows`` rows.
 
@@ -545,8 +553,7 @@ def score_phase(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="
         if workspace is not None and len(blocks) == 1:
             Xa = workspace.gather(X, rows, center, gather_bytes, position_bias, n_threads)
         else:
-            Xa = gather(X, rows, center, kernel.empty_rows(union.size * G, D, n_threads=n_threads),
-                        gather_bytes, position_bias, n_threads)
+            Xa = gather_new(X, rows, center, gather_bytes, position_bias, n_threads)
         read_seconds += time.perf_counter() - r0
         coef_b = np.ascontiguousarray(coef[block])
         coef_b, info = kernel.train_models(
@@ -594,8 +601,7 @@ def score_phase(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="
                 Xa = rows_in_memory[s0 * G:(s0 + chunk) * G]
             else:
                 r0 = time.perf_counter()
-                Xa = gather(X, active[p], center, kernel.empty_rows(len(active[p]) * G, D, n_threads=n_threads),
-                            gather_bytes, position_bias, n_threads)
+                Xa = gather_new(X, active[p], center, gather_bytes, position_bias, n_threads)
                 read_seconds += time.perf_counter() - r0
             heldout = np.subtract(1, member[p], dtype=np.uint8)
             s_, c_, pl_ = seen[p], correct[p], prob_label[p]

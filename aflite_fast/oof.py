@@ -201,8 +201,7 @@ def _fit_predict_subsets(X, codes, center, member, heldout, *, n_classes, C, los
     for block in blocks:
         bm = member[:, block]
         union = np.flatnonzero(bm.any(axis=1))
-        Xa = gather_rows(X, union, center, kernel.empty_rows(union.size, D, n_threads=n_threads),
-                         n_threads=n_threads)
+        Xa = engine.gather_new(X, union, center, n_threads=n_threads)
         coef_b, info = kernel.train_models(
             Xa, codes[union], np.ascontiguousarray(bm[union]), n_classes, C=Ck, loss=loss,
             coef=np.ascontiguousarray(coef[block]), positions=union, precond=precond, options=options,
@@ -228,8 +227,7 @@ def _fit_predict_subsets(X, codes, center, member, heldout, *, n_classes, C, los
         elif Xa_all is not None:
             Xa = Xa_all[r]
         else:
-            Xa = gather_rows(X, r, center, kernel.empty_rows(r.size, D, n_threads=n_threads),
-                             n_threads=n_threads)
+            Xa = engine.gather_new(X, r, center, n_threads=n_threads)
         s_seen, s_correct = seen[r], correct[r]
         s_prob, s_sum = prob_label[r], proba_sum[r]
         kernel.predict_accumulate(Xa, codes[r], np.ascontiguousarray(heldout[r]), W, n_classes,
