@@ -297,6 +297,19 @@ static int member_range(const afl_member_set *s, int64_t nA, const int64_t *acti
     return failed ? -1 : 0;
 }
 
+/* Whether the threads take units of rows (each unit's sums over all the models) rather than
+ * shares of the models (each thread's models over all the rows).  Multiple choice of 2-4
+ * candidates goes item by item: a thread streams every item of its rows from memory whatever
+ * its share of the models, so with the models split every thread reads all the rows, and
+ * the pass waits on memory (a multiple-choice phase at t/N = 0.1 1.1x faster with the units
+ * split).  Classification goes model by model over L2-sized pieces of rows and measured the
+ * same either way, and a share of the models keeps each thread's sums smaller.  Units are
+ * fixed by the caller and handed over in order, so the bits are the same either way. */
+static int threads_take_units(const afl_member_set *s, int64_t n_units, int n_threads)
+{
+    return n_threads > 1 && s->C == 1 && s->G >= 2 && s->G <= 4 && n_units >= 2 * (int64_t)n_threads;
+}
+
 /* Work on the models [a0, a1) of a thread's share: 0, or an error code. */
 typedef int (*afl_models_fn)(void *ctx, int thread, int64_t a0, int64_t a1);
 
@@ -369,9 +382,10 @@ int afl_member_eval(const afl_member_set *s, int64_t nA, const int64_t *active,
     memset(grad, 0, (size_t)(nA * P) * sizeof(double));
     if (nA == 0) return 0;
     afl_member_init();
-    if (n_threads > 1 && nA < 2 * (int64_t)n_threads) {
-        /* fewer than two models a thread (a single estimator, a few folds): the threads take
-         * super-blocks instead, with the same bits */
+    if (n_threads > 1 && (nA < 2 * (int64_t)n_threads || threads_take_units(s, s->nsb, n_threads))) {
+        /* fewer than two models a thread (a single estimator, a few folds), or multiple
+         * choice (threads_take_units): the threads take super-blocks instead, with the same
+         * bits */
         afl_sum_sink o = {loss, grad};
         return member_range(s, nA, active, W, scale, 0, NULL, sum_sink, &o, n_threads);
     }
@@ -440,14 +454,16 @@ static void tree_sink(void *ctx, int64_t g, double **part, int64_t nA, int64_t P
     t->next_leaf = t->gleaf[g] + 1;
 }
 
-/* One thread's reduction tree over its models [a0, a1) of afl_member_eval_tree: its nodes
- * go to out_nodes (model rows a0.. of each node); thread 0 also writes level, index and the
- * node count (the same for every thread: they depend on the groups alone). */
+/* The reduction tree of afl_member_eval_tree over the models [a0, a1): its nodes go to
+ * out_nodes (model rows a0.. of each node); `first` also writes level, index and the node
+ * count (the same for every share of the models: they depend on the groups alone).  Called
+ * on one thread per share of the models, or once for all of them with n_threads taking the
+ * groups (handed to the tree in group order). */
 static int member_tree_range(const afl_member_set *s, int64_t nA, int64_t a0, int64_t a1,
                              const int64_t *active, const float *W, const double *scale,
                              int64_t ng, const int64_t *gsb, const int64_t *gleaf, int64_t leaf_lo,
                              int64_t leaf_hi, int64_t max_nodes, double *nodes, int64_t *level,
-                             int64_t *index, int64_t *n_nodes, int first)
+                             int64_t *index, int64_t *n_nodes, int first, int n_threads)
 {
     const int64_t stride = (int64_t)s->C * s->Dp + 1, P = stride - 1, len = (a1 - a0) * stride;
     afl_tree_sink t;
@@ -474,7 +490,7 @@ static int member_tree_range(const afl_member_set *s, int64_t nA, int64_t a0, in
         rc = -1;
     } else {
         if (ng > 0 && a1 > a0)
-            rc = member_range(s, a1 - a0, active + a0, W + a0 * P, scale + a0, ng, gsb, tree_sink, &t, 1);
+            rc = member_range(s, a1 - a0, active + a0, W + a0 * P, scale + a0, ng, gsb, tree_sink, &t, n_threads);
         if (rc == 0) {
             tree_skip_to(&t, leaf_hi);
             int64_t out = 0;
@@ -519,7 +535,7 @@ static int tree_share(void *ctx, int thread, int64_t a0, int64_t a1)
     const afl_tree_share *e = (const afl_tree_share *)ctx;
     return member_tree_range(e->s, e->nA, a0, a1, e->active, e->W, e->scale, e->ng, e->gsb, e->gleaf,
                              e->leaf_lo, e->leaf_hi, e->max_nodes, e->nodes, e->level, e->index,
-                             e->n_nodes, thread == 0);
+                             e->n_nodes, thread == 0, 1);
 }
 
 int afl_member_eval_tree(const afl_member_set *s, int64_t nA, const int64_t *active,
@@ -532,9 +548,15 @@ int afl_member_eval_tree(const afl_member_set *s, int64_t nA, const int64_t *act
     if (max_nodes < 1) return -1;
     if (nA == 0 || ng == 0) return 0;
     afl_member_init();
-    afl_tree_share e = {s, nA, active, W, scale, ng, gsb, gleaf, leaf_lo, leaf_hi, max_nodes, nodes,
-                        level, index, n_nodes};
-    const int rc = by_model_shares(n_threads, nA, tree_share, &e);
+    int rc;
+    if (threads_take_units(s, ng, n_threads)) {
+        rc = member_tree_range(s, nA, 0, nA, active, W, scale, ng, gsb, gleaf, leaf_lo, leaf_hi, max_nodes,
+                               nodes, level, index, n_nodes, 1, n_threads);
+    } else {
+        afl_tree_share e = {s, nA, active, W, scale, ng, gsb, gleaf, leaf_lo, leaf_hi, max_nodes, nodes,
+                            level, index, n_nodes};
+        rc = by_model_shares(n_threads, nA, tree_share, &e);
+    }
     if (rc != 0) *n_nodes = 0;
     return rc;
 }

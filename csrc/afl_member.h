@@ -12,9 +12,11 @@
  *     Threads split the models, not the rows: each thread passes over every unit for its
  *     share of the models and keeps its own sums, so nothing is handed between threads (the
  *     earlier design handed each super-block's sums of every model through an ordered
- *     section, which at t/N = 0.1 cost as much as a fifth of the pass).  afl_member_eval
- *     with fewer than two models a thread (a single estimator, a few folds) still hands
- *     super-blocks to the threads that way, with the same bits.  Within a super-
+ *     section, which at t/N = 0.1 cost as much as a fifth of the pass).  With fewer than
+ *     two models a thread (a single estimator, a few folds), and for multiple choice item
+ *     by item (E), whose pass streams all of a thread's rows whatever its share of the
+ *     models, the threads take units instead and hand their sums over in unit order, with
+ *     the same bits.  Within a super-
  *     block, row block by row block, every model is evaluated over its member rows of the
  *     block: the first model that needs a row's features brings them from memory, every other
  *     model (a row trains m t/N of them: 6 at t/N = 0.1, 32 at 0.5) reads them from the

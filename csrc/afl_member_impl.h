@@ -5,6 +5,43 @@
 #define AFL_CAT(a, b) AFL_CAT_(a, b)
 #define AFL_F(name) AFL_CAT(name, AFL_SFX)
 
+#ifndef AFL_PF_CURSOR_DEFINED
+#define AFL_PF_CURSOR_DEFINED
+/* Lines still to be brought into L2 while a pass computes: a range of features [f0, f1) of
+ * consecutive rows, walked a line per step.  The loops of the passes take a step or two per
+ * vector step, so the next rows stream in while the current ones are used; asking for all
+ * of a block's lines at once (a burst) fills the core's queue of misses and stalls it until
+ * they arrive, so memory and arithmetic took turns instead of overlapping. */
+typedef struct {
+    const char *p;     /* the next line */
+    const char *lend;  /* end of the range in p's row */
+    const char *stop;  /* start of the range in the row after the last */
+    int64_t ld, span;  /* row stride and range length, bytes */
+} afl_pf_cursor;
+#define AFL_PF_STEP(pf)                                                       \
+    do {                                                                      \
+        if ((pf) && (pf)->p < (pf)->stop) {                                   \
+            __builtin_prefetch((pf)->p, 0, 2);                                \
+            (pf)->p += 64;                                                    \
+            if ((pf)->p >= (pf)->lend) {                                      \
+                (pf)->lend += (pf)->ld;                                       \
+                (pf)->p = (pf)->lend - (pf)->span;                            \
+            }                                                                 \
+        }                                                                     \
+    } while (0)
+
+/* The cursor over features [f0, f1) (f1 capped at D) of rows r0 <= i < r1 of X. */
+static inline void afl_pf_set(afl_pf_cursor *pf, const float *X, int64_t ldx, int64_t D, int64_t r0,
+                              int64_t r1, int64_t f0, int64_t f1)
+{
+    if (f1 > D) f1 = D;
+    pf->ld = ldx * 4;
+    pf->span = f1 > f0 ? (f1 - f0) * 4 : 0;
+    pf->p = (const char *)X + r0 * pf->ld + f0 * 4;
+    pf->lend = pf->p + pf->span;
+    pf->stop = pf->span > 0 && r1 > r0 ? (const char *)X + r1 * pf->ld + f0 * 4 : pf->p;
+}
+#endif
 #ifndef AFL_ITEM_AHEAD
 #define AFL_ITEM_AHEAD 4
 #endif
@@ -84,7 +121,7 @@ AFL_F(reduce4)(AFL_F(mvf_t) a, AFL_F(mvf_t) b, AFL_F(mvf_t) c, AFL_F(mvf_t) d, f
  * whichever rows and weight vectors share the call. */
 static inline __attribute__((always_inline)) void
 AFL_F(dot4)(const float *const x[4], const float *const xn[4], const float *const w[4],
-            int64_t v0, int64_t v1, int rem, int cg, float res[4][4])
+            int64_t v0, int64_t v1, int rem, int cg, float res[4][4], afl_pf_cursor *pf)
 {
     const int64_t nv = rem ? v1 - 1 : v1;
     const AFL_F(mvf_t) zero = {0};
@@ -102,6 +139,8 @@ AFL_F(dot4)(const float *const x[4], const float *const xn[4], const float *cons
 #pragma GCC unroll 4
             for (int r = 0; r < 4; r++) __builtin_prefetch(xn[r] + v * AFL_VL, 0, 3);
 #endif
+        AFL_PF_STEP(pf);
+        AFL_PF_STEP(pf);
         /* each row's vector loaded once into a register (the empty asm keeps the compiler
          * from folding a reload into every FMA: one load per FMA would bound the loop by
          * the load ports, not by the FMAs) */
@@ -135,13 +174,13 @@ AFL_F(dot4)(const float *const x[4], const float *const xn[4], const float *cons
 /* dot4 with the weight-vector count constant at each call site (accumulators in registers). */
 static inline __attribute__((always_inline)) void
 AFL_F(dots)(const float *const x[4], const float *const xn[4], const float *const w[4],
-            int64_t v0, int64_t v1, int rem, int cg, float res[4][4])
+            int64_t v0, int64_t v1, int rem, int cg, float res[4][4], afl_pf_cursor *pf)
 {
     switch (cg) {
-    case 1: AFL_F(dot4)(x, xn, w, v0, v1, rem, 1, res); break;
-    case 2: AFL_F(dot4)(x, xn, w, v0, v1, rem, 2, res); break;
-    case 3: AFL_F(dot4)(x, xn, w, v0, v1, rem, 3, res); break;
-    default: AFL_F(dot4)(x, xn, w, v0, v1, rem, 4, res); break;
+    case 1: AFL_F(dot4)(x, xn, w, v0, v1, rem, 1, res, pf); break;
+    case 2: AFL_F(dot4)(x, xn, w, v0, v1, rem, 2, res, pf); break;
+    case 3: AFL_F(dot4)(x, xn, w, v0, v1, rem, 3, res, pf); break;
+    default: AFL_F(dot4)(x, xn, w, v0, v1, rem, 4, res, pf); break;
     }
 }
 
@@ -153,7 +192,7 @@ AFL_F(dots)(const float *const x[4], const float *const xn[4], const float *cons
  * group it is in. */
 static void AFL_F(logits)(const float *X, int64_t ldx, int64_t Dp, const int32_t *rows,
                           int64_t q, int64_t i_begin, int64_t i_end, const float *W, int C,
-                          int64_t v0, int64_t v1, int rem, int first, float *Z)
+                          int64_t v0, int64_t v1, int rem, int first, float *Z, afl_pf_cursor *pf)
 {
     float res[4][4];
     for (int64_t i0 = i_begin; i0 < i_end; i0 += 4) {
@@ -167,7 +206,7 @@ static void AFL_F(logits)(const float *X, int64_t ldx, int64_t Dp, const int32_t
             int cg = C - c0 < 4 ? C - c0 : 4;
             const float *w[4];
             for (int c = 0; c < 4; c++) w[c] = W + (int64_t)(c0 + (c < cg ? c : 0)) * Dp;
-            AFL_F(dots)(x, xn, w, v0, v1, rem, cg, res);
+            AFL_F(dots)(x, xn, w, v0, v1, rem, cg, res, pf);
             float *z = Z + i0 * C + c0;
             if (first)
                 for (int r = 0; r < nr; r++)
@@ -209,13 +248,15 @@ static inline __attribute__((always_inline)) void AFL_F(add_double)(double *gd, 
  * added in double. */
 static inline __attribute__((always_inline)) void
 AFL_F(grad_tile)(const float *X, int64_t ldx, const int32_t *rows, int64_t q, const float *R,
-                 int C, int cg, int64_t v0, int nvg, int rem, int64_t Dp, double *G)
+                 int C, int cg, int64_t v0, int nvg, int rem, int64_t Dp, double *G, afl_pf_cursor *pf)
 {
     /* all zero (not only cg x nvg): the compiler cannot see that the rest is never read */
     AFL_F(mvf_t) acc[4][AFL_KG] = {{{0}}};
     for (int64_t i = 0; i < q; i++) {
         const float *xr = X + (int64_t)rows[i] * ldx + v0 * AFL_VL;
         AFL_F(mvf_t) xv[AFL_KG];
+        AFL_PF_STEP(pf);
+        AFL_PF_STEP(pf);
 #pragma GCC unroll 8
         for (int g = 0; g < nvg; g++)
             xv[g] = (rem && g == nvg - 1) ? AFL_F(load_part)(xr + g * AFL_VL, rem)
@@ -238,9 +279,9 @@ AFL_F(grad_tile)(const float *X, int64_t ldx, const int32_t *rows, int64_t q, co
  * vector counts constant at each call site so the accumulators stay in registers. */
 static void AFL_F(grad_tail)(const float *X, int64_t ldx, const int32_t *rows, int64_t q,
                              const float *R, int C, int cg, int64_t v, int nt, int rem, int64_t Dp,
-                             double *G)
+                             double *G, afl_pf_cursor *pf)
 {
-#define AFL_GT(cg_, n_) AFL_F(grad_tile)(X, ldx, rows, q, R, C, cg_, v, n_, rem, Dp, G)
+#define AFL_GT(cg_, n_) AFL_F(grad_tile)(X, ldx, rows, q, R, C, cg_, v, n_, rem, Dp, G, pf)
 #define AFL_GT_CG(n_)                                                                        \
     switch (cg) {                                                                            \
     case 1: AFL_GT(1, n_); break;                                                            \
@@ -270,7 +311,7 @@ static void AFL_F(grad_tail)(const float *X, int64_t ldx, const int32_t *rows, i
  * zeros). */
 static void AFL_F(grad_add)(const float *X, int64_t ldx, int64_t Dp, const int32_t *rows,
                             int64_t q, const float *R, int C, int64_t v0, int64_t v1, int rem,
-                            double *G)
+                            double *G, afl_pf_cursor *pf)
 {
     const int64_t nv = rem ? v1 - 1 : v1;
     for (int c0 = 0; c0 < C; c0 += 4) {
@@ -280,17 +321,17 @@ static void AFL_F(grad_add)(const float *X, int64_t ldx, int64_t Dp, const int32
         int64_t v = v0;
         for (; v + AFL_KG <= nv; v += AFL_KG) {
             switch (cg) {
-            case 1: AFL_F(grad_tile)(X, ldx, rows, q, Rc, C, 1, v, AFL_KG, 0, Dp, Gc); break;
-            case 2: AFL_F(grad_tile)(X, ldx, rows, q, Rc, C, 2, v, AFL_KG, 0, Dp, Gc); break;
-            case 3: AFL_F(grad_tile)(X, ldx, rows, q, Rc, C, 3, v, AFL_KG, 0, Dp, Gc); break;
-            default: AFL_F(grad_tile)(X, ldx, rows, q, Rc, C, 4, v, AFL_KG, 0, Dp, Gc); break;
+            case 1: AFL_F(grad_tile)(X, ldx, rows, q, Rc, C, 1, v, AFL_KG, 0, Dp, Gc, pf); break;
+            case 2: AFL_F(grad_tile)(X, ldx, rows, q, Rc, C, 2, v, AFL_KG, 0, Dp, Gc, pf); break;
+            case 3: AFL_F(grad_tile)(X, ldx, rows, q, Rc, C, 3, v, AFL_KG, 0, Dp, Gc, pf); break;
+            default: AFL_F(grad_tile)(X, ldx, rows, q, Rc, C, 4, v, AFL_KG, 0, Dp, Gc, pf); break;
             }
         }
         /* the remaining whole vectors and the last partial one in one tile, so the rows are
          * passed over once more, not once per vector (at D = 513 a slice of 11 vectors left
          * 3 of them, a fifth of the pass at C = 100 in single-vector tiles) */
         const int nt = (int)(nv - v) + (rem ? 1 : 0);
-        if (nt > 0) AFL_F(grad_tail)(X, ldx, rows, q, Rc, C, cg, v, nt, rem, Dp, Gc);
+        if (nt > 0) AFL_F(grad_tail)(X, ldx, rows, q, Rc, C, cg, v, nt, rem, Dp, Gc, pf);
     }
 }
 
@@ -382,20 +423,6 @@ static inline void AFL_F(slice)(int64_t D, int64_t nvec, int64_t ns, int64_t k, 
     *rem = (*v1 == nvec) ? (int)(D - (nvec - 1) * AFL_VL) % AFL_VL : 0;
 }
 
-/* Ask for features [v0 * VL, v1 * VL) of rows r0 <= i < r1 to be brought into L2, a line at
- * a time.  Slices of a block's rows are requested a piece per model while the previous slice
- * is in use, so they arrive as streams instead of one scattered row at a time. */
-static inline void AFL_F(prefetch_slice)(const afl_member_set *s, int64_t r0, int64_t r1,
-                                         int64_t v0, int64_t v1)
-{
-    const int64_t f1 = v1 * AFL_VL < s->D ? v1 * AFL_VL : s->D;
-    const int64_t bytes = (f1 - v0 * AFL_VL) * 4;
-    for (int64_t i = r0; i < r1; i++) {
-        const char *p = (const char *)(s->X + i * s->ldx + v0 * AFL_VL);
-        for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, 2);
-    }
-}
-
 /* Multiple choice with 2 <= G <= 4 candidates per item (C == 1) goes item by item instead of
  * model by model: a row of a model's logits or gradient then costs one load per multiply-add
  * (one output per row), while an item's G candidate rows, held in registers, serve every model
@@ -448,6 +475,20 @@ static inline void AFL_F(item_rows)(const afl_member_set *s, int64_t row, int64_
     }
 }
 
+/* Item it of a row block starting at row r0 (ni items) is next: the cursor to walk features
+ * [f0, f1) of the rows up to AFL_ITEM_AHEAD items on (from the next item, if it fell behind). */
+static inline void AFL_F(items_ahead)(const afl_member_set *s, afl_pf_cursor *pf, int64_t r0,
+                                      int64_t it, int64_t ni, int64_t f0, int64_t f1)
+{
+    const int G = s->G;
+    const int64_t next = r0 + (it + 1) * G;
+    const int64_t ahead = r0 + (it + AFL_ITEM_AHEAD + 1 < ni ? it + AFL_ITEM_AHEAD + 1 : ni) * G;
+    if (pf->p < (const char *)(s->X + next * s->ldx + f0))
+        afl_pf_set(pf, s->X, s->ldx, s->D, next, ahead, f0, f1);
+    else
+        pf->stop = (const char *)(s->X + ahead * s->ldx + f0);
+}
+
 /* Logits (scores) of every item of row block rb for each model that trains on it, over the
  * feature vectors [v0, v1) of a logit slice: into Z as AFL_F(logits) writes them (model a's
  * rows at Z + off[a] - off[0]).  Models go four at a time with the item's candidates padded
@@ -460,20 +501,21 @@ static void AFL_F(item_logits)(const afl_member_set *s, int64_t rb, int64_t ni,
     const int G = s->G;
     const int64_t r0 = s->row_blocks[rb];
     float res[4][4];
+    afl_pf_cursor pf;
+    afl_pf_set(&pf, s->X, s->ldx, s->D, r0, r0, v0 * AFL_VL, v1 * AFL_VL);
     for (int64_t it = 0; it < ni; it++) {
         const int32_t p0 = istart[it], p1 = istart[it + 1];
         if (p0 == p1) continue;
         const int64_t row = r0 + it * G, next = it + 1 < ni ? row + G : row;
         /* items AFL_ITEM_AHEAD on into L2 (the next one into L1 comes with dot4) */
-        if (it + AFL_ITEM_AHEAD < ni)
-            AFL_F(prefetch_slice)(s, row + AFL_ITEM_AHEAD * G, row + (AFL_ITEM_AHEAD + 1) * G, v0, v1);
+        AFL_F(items_ahead)(s, &pf, r0, it, ni, v0 * AFL_VL, v1 * AFL_VL);
         const float *x[4], *xn[4];
         AFL_F(item_rows)(s, row, next, x, xn);
         for (int32_t p = p0; p < p1; p += 4) {
             const int M = p1 - p < 4 ? p1 - p : 4;
             const float *w[4];
             for (int m = 0; m < 4; m++) w[m] = W + (int64_t)imodel[p + (m < M ? m : 0)] * P;
-            AFL_F(dots)(x, xn, w, v0, v1, rem, M, res);
+            AFL_F(dots)(x, xn, w, v0, v1, rem, M, res, &pf);
             for (int m = 0; m < M; m++) {
                 float *z = Z + (off[imodel[p + m]] - off[0]) + iidx[p + m];
                 if (first)
@@ -490,7 +532,7 @@ static void AFL_F(item_logits)(const afl_member_set *s, int64_t rb, int64_t ni,
  * running sums in memory. */
 static inline __attribute__((always_inline)) void
 AFL_F(item_grad_tile)(const float *const x[4], int G, const float r[4][4], float *const g[4],
-                      int M, int64_t nv, int rem)
+                      int M, int64_t nv, int rem, afl_pf_cursor *pf)
 {
     AFL_F(mvf_t) rv[4][4];
 #pragma GCC unroll 4
@@ -502,6 +544,8 @@ AFL_F(item_grad_tile)(const float *const x[4], int G, const float r[4][4], float
         }
     for (int64_t v = 0; v < nv; v++) {
         AFL_F(mvf_t) xv[4];
+        AFL_PF_STEP(pf);
+        AFL_PF_STEP(pf);
 #pragma GCC unroll 4
         for (int c = 0; c < G; c++) {
             xv[c] = (rem && v == nv - 1) ? AFL_F(load_part)(x[c] + v * AFL_VL, rem)
@@ -520,16 +564,16 @@ AFL_F(item_grad_tile)(const float *const x[4], int G, const float r[4][4], float
 
 #define AFL_ITEM_GRAD_M(Gv)                                                   \
     switch (M) {                                                              \
-    case 1: AFL_F(item_grad_tile)(x, Gv, r, g, 1, nv, rem); break;            \
-    case 2: AFL_F(item_grad_tile)(x, Gv, r, g, 2, nv, rem); break;            \
-    case 3: AFL_F(item_grad_tile)(x, Gv, r, g, 3, nv, rem); break;            \
-    default: AFL_F(item_grad_tile)(x, Gv, r, g, 4, nv, rem); break;           \
+    case 1: AFL_F(item_grad_tile)(x, Gv, r, g, 1, nv, rem, pf); break;            \
+    case 2: AFL_F(item_grad_tile)(x, Gv, r, g, 2, nv, rem, pf); break;            \
+    case 3: AFL_F(item_grad_tile)(x, Gv, r, g, 3, nv, rem, pf); break;            \
+    default: AFL_F(item_grad_tile)(x, Gv, r, g, 4, nv, rem, pf); break;         \
     }
 
 /* item_grad_tile with the candidate and model counts constant at each call site. */
 static inline __attribute__((always_inline)) void
 AFL_F(item_grad_models)(const float *const x[4], int G, const float r[4][4], float *const g[4],
-                        int M, int64_t nv, int rem)
+                        int M, int64_t nv, int rem, afl_pf_cursor *pf)
 {
     switch (G) {
     case 2: AFL_ITEM_GRAD_M(2) break;
@@ -567,12 +611,13 @@ static void AFL_F(item_grad)(const afl_member_set *s, int64_t rb, int64_t ni, in
     const int64_t r0 = s->row_blocks[rb], ldx = s->ldx, nv = v1 - v0;
     for (int64_t a = 0; a < nA; a++)
         if (off[a + 1] > off[a]) memset(gf + a * ldg, 0, (size_t)(nv * AFL_VL) * sizeof(float));
+    afl_pf_cursor pf;
+    afl_pf_set(&pf, s->X, ldx, s->D, r0, r0, v0 * AFL_VL, v1 * AFL_VL);
     for (int64_t it = 0; it < ni; it++) {
         const int32_t p0 = istart[it], p1 = istart[it + 1];
         if (p0 == p1) continue;
         const int64_t row = r0 + it * G;
-        if (it + AFL_ITEM_AHEAD < ni)
-            AFL_F(prefetch_slice)(s, row + AFL_ITEM_AHEAD * G, row + (AFL_ITEM_AHEAD + 1) * G, v0, v1);
+        AFL_F(items_ahead)(s, &pf, r0, it, ni, v0 * AFL_VL, v1 * AFL_VL);
         const float *x[4];
         for (int c = 0; c < 4; c++) x[c] = s->X + (row + (c < G ? c : G - 1)) * ldx + v0 * AFL_VL;
         for (int32_t p = p0; p < p1; p += 4) {
@@ -584,7 +629,7 @@ static void AFL_F(item_grad)(const afl_member_set *s, int64_t rb, int64_t ni, in
                 g[m] = gf + a * ldg;
                 for (int c = 0; c < G; c++) r[m][c] = R[off[a] + iidx[p + (m < M ? m : 0)] + c];
             }
-            AFL_F(item_grad_models)(x, G, r, g, M, nv, rem);
+            AFL_F(item_grad_models)(x, G, r, g, M, nv, rem, &pf);
         }
     }
     AFL_F(add_item_sums)(nA, off, gf, ldg, v0, nv, part, stride);
@@ -624,13 +669,17 @@ static void AFL_F(item_block_ce)(const afl_member_set *s, int64_t rb, int64_t ni
         if (off[a + 1] > off[a]) memset(gfull + a * Dp, 0, (size_t)(nvec * AFL_VL) * sizeof(float));
     double e[16] __attribute__((aligned(64)));
     float res[4][4];
+    afl_pf_cursor pf;
+    afl_pf_set(&pf, s->X, s->ldx, D, r0, r0, 0, D);
     for (int64_t it = 0; it < ni; it++) {
         const int32_t p0 = istart[it], p1 = istart[it + 1];
         if (p0 == p1) continue;
         const int64_t row = r0 + it * G, next = it + 1 < ni ? row + G : row;
         const int32_t yi = s->y[row / G];
-        if (it + AFL_ITEM_AHEAD < ni)
-            AFL_F(prefetch_slice)(s, row + AFL_ITEM_AHEAD * G, row + (AFL_ITEM_AHEAD + 1) * G, 0, nvec);
+        /* the rows up to AFL_ITEM_AHEAD items on, brought into L2 a line or two per vector
+         * step of this item's loops (a burst of all of an item's lines stalls the core until
+         * they arrive, and memory then waits while the core computes) */
+        AFL_F(items_ahead)(s, &pf, r0, it, ni, 0, D);
         const float *x[4], *xn[4];
         AFL_F(item_rows)(s, row, next, x, xn);
         for (int32_t p = p0; p < p1; p += 4) {
@@ -648,7 +697,7 @@ static void AFL_F(item_block_ce)(const afl_member_set *s, int64_t rb, int64_t ni
                 int64_t v0, v1;
                 int srem;
                 AFL_F(slice)(D, nvec, nsl, k, &v0, &v1, &srem);
-                AFL_F(dots)(x, xn, w, v0, v1, srem, M, res);
+                AFL_F(dots)(x, xn, w, v0, v1, srem, M, res, &pf);
                 for (int m = 0; m < M; m++)
                     for (int c = 0; c < G; c++) z[m][c] = k == 0 ? res[m][c] : z[m][c] + res[m][c];
             }
@@ -676,7 +725,7 @@ static void AFL_F(item_block_ce)(const afl_member_set *s, int64_t rb, int64_t ni
                 for (int c = 0; c < G; c++) r[m][c] = (float)(e[m * 4 + c] * sc - (c == yi ? sa : 0.0));
             }
             /* the gradient from the rows still in L1 */
-            AFL_F(item_grad_models)(x, G, r, g, M, nv, rem);
+            AFL_F(item_grad_models)(x, G, r, g, M, nv, rem, &pf);
         }
     }
     for (int64_t a = 0; a < nA; a++) {
@@ -727,6 +776,7 @@ static void AFL_F(super_block)(const afl_member_set *s, int64_t sb, int64_t nA,
     int64_t v0, v1, p0 = 0, p1 = 0;
     int rem, prem;
     int64_t *beg = w->cur, *end = w->cur + nA;
+    afl_pf_cursor pf;
     /* multiple choice of 2-4 candidates: item by item (see AFL_F(item_lists)) */
     const int item_major = C == 1 && s->G >= 2 && s->G <= 4 && w->istart != NULL;
     const int64_t ist = w->imax + 1;
@@ -786,15 +836,13 @@ static void AFL_F(super_block)(const afl_member_set *s, int64_t sb, int64_t nA,
                                                                               : r1 + sub)
                            : r1;
                     }
-                    const int64_t nn = n1 - n0;
+                    afl_pf_set(&pf, s->X, s->ldx, D, n0, n1, p0 * AFL_VL, p1 * AFL_VL);
                     for (int64_t a = 0; a < nA; a++) {
-                        if (nn > 0)
-                            AFL_F(prefetch_slice)(s, n0 + a * nn / nA, n0 + (a + 1) * nn / nA, p0, p1);
                         if (end[a] <= beg[a]) continue;
                         const int64_t q = off[a + 1] - off[a];
                         const int32_t *rows = s->mrows + s->mptr[active[a] * L + rb];
                         AFL_F(logits)(s->X, s->ldx, Dp, rows, q, beg[a], end[a], W + a * P, C, v0, v1,
-                                      rem, k == 0, w->Z + (off[a] - off[0]) * C);
+                                      rem, k == 0, w->Z + (off[a] - off[0]) * C, &pf);
                     }
                 }
             }
@@ -835,14 +883,14 @@ static void AFL_F(super_block)(const afl_member_set *s, int64_t sb, int64_t nA,
             else if (k > 0) AFL_F(slice)(D, nvec, ns, k - 1, &p0, &p1, &prem);
             else nb = -1;
             const int64_t n0 = nb >= 0 ? s->row_blocks[nb] : 0;
-            const int64_t nn = nb >= 0 ? s->row_blocks[nb + 1] - n0 : 0;
+            const int64_t n1 = nb >= 0 ? s->row_blocks[nb + 1] : 0;
+            afl_pf_set(&pf, s->X, s->ldx, D, n0, n1, p0 * AFL_VL, p1 * AFL_VL);
             for (int64_t a = 0; a < nA; a++) {
-                if (nn) AFL_F(prefetch_slice)(s, n0 + a * nn / nA, n0 + (a + 1) * nn / nA, p0, p1);
                 const int64_t q = off[a + 1] - off[a];
                 if (q <= 0) continue;
                 const int32_t *rows = s->mrows + s->mptr[active[a] * L + rb];
                 AFL_F(grad_add)(s->X, s->ldx, Dp, rows, q, w->R + off[a] * C, C, v0, v1, rem,
-                                part + a * stride);
+                                part + a * stride, &pf);
             }
         }
     }

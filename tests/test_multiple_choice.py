@@ -303,3 +303,23 @@ def test_one_pass_per_row_block_is_bitwise_the_two_passes(seed, K, d, position_b
     one, two = results
     for field in ("coef", "correct", "prob_label", "seen", "n_eval", "n_iter"):
         assert np.array_equal(getattr(one, field), getattr(two, field)), field
+
+
+@pytest.mark.parametrize("loss", ["ce", "gce"])
+def test_threads_over_reduction_groups_are_bitwise_one_thread(loss):
+    """Multiple choice with several reduction groups per thread: the threads take groups of
+    rows (each streams its own items) and hand their sums to the tree in group order, so a
+    phase gives the bits of one thread, for the one-pass (ce) and two-pass (gce) row blocks."""
+    rng = np.random.default_rng([11, 4])
+    n, K, d = 9000, 4, 24
+    X, y = make_items(rng, n, K, d)
+    # four reduction groups of at least REDUCE_MIN_ROWS candidate rows: two per thread at 2
+    assert kernel.reduction_group_rows(n * K) * 4 >= n * K >= 4 * kernel.REDUCE_MIN_ROWS
+    center = X.reshape(n * K, d).mean(axis=0, dtype=np.float64).astype(np.float32)
+    train_pos = engine.partition_train_positions(5, 0, n, n // 10, 16)
+    active = np.arange(n, dtype=np.int64)
+    runs = [engine.score_phase(X, y.astype(np.int32), active, center, train_pos, n_classes=K,
+                               n_threads=t, loss=loss, position_bias=True) for t in (1, 2, 3)]
+    for other in runs[1:]:
+        for field in ("coef", "correct", "prob_label", "seen", "n_eval", "n_iter"):
+            assert np.array_equal(getattr(runs[0], field), getattr(other, field)), field
