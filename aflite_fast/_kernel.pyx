@@ -557,6 +557,29 @@ def _fuse_items(bint on):
     afl_member_fuse_items(on)
 
 
+def center_items(float[:, :] rows, int group):
+    """Subtract from each item's ``group`` consecutive rows (in place) their mean row: per
+    column, the candidates summed in double in order, divided by ``group`` and rounded to
+    float32, then subtracted in float32, the operations of NumPy's
+    ``rows - rows.mean(axis=1, keepdims=True, dtype=np.float64).astype(np.float32)`` on the
+    (items, group, columns) view, in one pass instead of five."""
+    cdef Py_ssize_t n = rows.shape[0], d = rows.shape[1], it, i, c, k
+    cdef double acc
+    cdef float m
+    if group < 1 or n % group != 0:
+        raise ValueError("center_items: the rows are not whole items")
+    with nogil:
+        for it in range(n // group):
+            i = it * group
+            for k in range(d):
+                acc = <double> rows[i, k]
+                for c in range(1, group):
+                    acc = acc + <double> rows[i + c, k]
+                m = <float> (acc / group)
+                for c in range(group):
+                    rows[i + c, k] = rows[i + c, k] - m
+
+
 def member_width(int64_t D):
     """Stride (floats) of the class rows of the member pass's weights and gradients."""
     return int(afl_member_width(D))

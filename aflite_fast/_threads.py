@@ -1,8 +1,9 @@
 """Thread-count resolution and BLAS capping around the kernel's own parallel regions."""
 import os
+import sys
 from contextlib import contextmanager
 
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController
 
 
 def effective_n_threads(n_jobs=None):
@@ -24,14 +25,37 @@ def effective_n_threads(n_jobs=None):
     return n_jobs
 
 
-@contextmanager
-def limit_blas_threads():
-    """Single-threaded BLAS while the kernel's OpenMP threads run, so two pools do not fight.
+_controller = None
+_controller_modules = -1
 
-    threadpoolctl restores the previous limits on exit, also after an error.
+
+def _thread_pools():
+    """A threadpoolctl controller of the thread pools loaded in this process.
+
+    Finding the pools walks every loaded shared library (milliseconds in a process that has
+    imported the scientific stack, and a phase limits its pools several times), so the
+    controller is kept, and found again only when modules were imported since: an import is
+    how another BLAS would be loaded.
     """
-    with threadpool_limits(limits=1, user_api="blas"):
+    global _controller, _controller_modules
+    n_modules = len(sys.modules)
+    if _controller is None or n_modules != _controller_modules:
+        _controller = ThreadpoolController()
+        _controller_modules = n_modules
+    return _controller
+
+
+@contextmanager
+def limit_threads(user_api="blas"):
+    """One thread in the pools of ``user_api`` ("blas", "openmp", or None: every pool) while
+    the block runs; the previous limits come back on exit, also after an error."""
+    with _thread_pools().limit(limits=1, user_api=user_api):
         yield
+
+
+def limit_blas_threads():
+    """Single-threaded BLAS while the kernel's OpenMP threads run, so two pools do not fight."""
+    return limit_threads("blas")
 
 
 #: Rows below which a row-wise copy runs on one thread (threads would cost more than they save).

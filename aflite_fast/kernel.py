@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
-from threadpoolctl import threadpool_limits
 
 try:
     from . import _kernel
@@ -26,7 +25,7 @@ except ImportError as exc:  # pragma: no cover - exercised only on a broken inst
 
     raise_build_error(exc)
 
-from ._threads import for_row_ranges, limit_blas_threads
+from ._threads import for_row_ranges, limit_blas_threads, limit_threads
 from .losses import resolve_loss
 from ._loss_names import LOSS_CODES as _LOSS_CODES
 
@@ -240,7 +239,7 @@ def _spd_inverse(M):
     """Inverse of the symmetric positive definite double matrix M (overwritten), float64,
     symmetric; on one BLAS thread, so that the result does not depend on the thread count."""
     n = M.shape[0]
-    with threadpool_limits(limits=1):
+    with limit_threads(None):
         if n <= NUMPY_INVERSE_MAX:
             try:
                 np.linalg.cholesky(M)  # refuses what is not positive definite, as dpotrf does
@@ -861,7 +860,9 @@ def item_centered(Xa, items, group):
     rows each) minus their item's mean row, float32 (len(items) x K, D): the rows whose
     second moment is the Hessian of a multiple-choice scorer at equal scores."""
     rows = (np.asarray(items, dtype=np.int64)[:, None] * group + np.arange(group)).ravel()
-    block = np.asarray(Xa[rows] if rows.size != Xa.shape[0] else Xa, dtype=np.float32)
-    block = block.reshape(-1, group, Xa.shape[1])
-    out = block - block.mean(axis=1, keepdims=True, dtype=np.float64).astype(np.float32)
-    return np.ascontiguousarray(out.reshape(-1, Xa.shape[1]))
+    if rows.size != Xa.shape[0]:
+        out = np.ascontiguousarray(Xa[rows], dtype=np.float32)  # a new array already
+    else:
+        out = np.array(Xa, dtype=np.float32, order="C")  # never the caller's rows
+    _kernel.center_items(out, int(group))
+    return out

@@ -323,3 +323,24 @@ def test_threads_over_reduction_groups_are_bitwise_one_thread(loss):
     for other in runs[1:]:
         for field in ("coef", "correct", "prob_label", "seen", "n_eval", "n_iter"):
             assert np.array_equal(getattr(runs[0], field), getattr(other, field)), field
+
+
+@pytest.mark.parametrize("K", [2, 3, 4, 5])
+def test_item_centered_is_numpys_mean_formula_bitwise(K):
+    """The preconditioner's item-centred rows (one compiled pass) are bitwise NumPy's
+    ``rows - mean(axis=1, dtype=float64).astype(float32)``, signed zeros and values whose
+    float32 sum would overflow included, and the caller's rows are left as they were."""
+    rng = np.random.default_rng([K, 17])
+    rows = (rng.standard_normal((300 * K, 37)) * 10.0 ** rng.integers(-30, 30, (300 * K, 37))).astype(np.float32)
+    rows[::7] = -0.0
+    rows[1::11, :5] = 0.0
+    rows[:3 * K] = np.float32(3e38)
+    before = rows.copy()
+    items = rows.reshape(-1, K, rows.shape[1])
+    want = (items - items.mean(axis=1, keepdims=True, dtype=np.float64).astype(np.float32)).reshape(rows.shape)
+    got = kernel.item_centered(rows, np.arange(300), K)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    assert np.array_equal(rows.view(np.uint32), before.view(np.uint32))
+    some = np.array([4, 0, 299, 17])
+    sub = kernel.item_centered(rows, some, K)
+    assert np.array_equal(sub.view(np.uint32), want.reshape(-1, K, 37)[some].reshape(-1, 37).view(np.uint32))
