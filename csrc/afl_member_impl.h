@@ -18,6 +18,15 @@ typedef struct {
     const char *stop;  /* start of the range in the row after the last */
     int64_t ld, span;  /* row stride and range length, bytes */
 } afl_pf_cursor;
+/* A loop's copy of the cursor (pf NULL: none), so that its conditional steps stay in
+ * registers; AFL_PF_END writes it back. */
+#define AFL_PF_BEGIN(pf)                                                      \
+    afl_pf_cursor pf_copy_ = (pf) ? *(pf) : (afl_pf_cursor){0, 0, 0, 0, 0};   \
+    afl_pf_cursor *const pfc_ = (pf) ? &pf_copy_ : NULL
+#define AFL_PF_END(pf)                                                        \
+    do {                                                                      \
+        if (pf) *(pf) = pf_copy_;                                             \
+    } while (0)
 #define AFL_PF_STEP(pf)                                                       \
     do {                                                                      \
         if ((pf) && (pf)->p < (pf)->stop) {                                   \
@@ -126,6 +135,7 @@ AFL_F(dot4)(const float *const x[4], const float *const xn[4], const float *cons
     const int64_t nv = rem ? v1 - 1 : v1;
     const AFL_F(mvf_t) zero = {0};
     AFL_F(mvf_t) acc[4][4];
+    AFL_PF_BEGIN(pf);
 #pragma GCC unroll 4
     for (int c = 0; c < cg; c++)
 #pragma GCC unroll 4
@@ -139,8 +149,8 @@ AFL_F(dot4)(const float *const x[4], const float *const xn[4], const float *cons
 #pragma GCC unroll 4
             for (int r = 0; r < 4; r++) __builtin_prefetch(xn[r] + v * AFL_VL, 0, 3);
 #endif
-        AFL_PF_STEP(pf);
-        AFL_PF_STEP(pf);
+        AFL_PF_STEP(pfc_);
+        AFL_PF_STEP(pfc_);
         /* each row's vector loaded once into a register (the empty asm keeps the compiler
          * from folding a reload into every FMA: one load per FMA would bound the loop by
          * the load ports, not by the FMAs) */
@@ -169,6 +179,7 @@ AFL_F(dot4)(const float *const x[4], const float *const xn[4], const float *cons
     }
 #pragma GCC unroll 4
     for (int c = 0; c < cg; c++) AFL_F(reduce4)(acc[c][0], acc[c][1], acc[c][2], acc[c][3], res[c]);
+    AFL_PF_END(pf);
 }
 
 /* dot4 with the weight-vector count constant at each call site (accumulators in registers). */
@@ -252,11 +263,12 @@ AFL_F(grad_tile)(const float *X, int64_t ldx, const int32_t *rows, int64_t q, co
 {
     /* all zero (not only cg x nvg): the compiler cannot see that the rest is never read */
     AFL_F(mvf_t) acc[4][AFL_KG] = {{{0}}};
+    AFL_PF_BEGIN(pf);
     for (int64_t i = 0; i < q; i++) {
         const float *xr = X + (int64_t)rows[i] * ldx + v0 * AFL_VL;
         AFL_F(mvf_t) xv[AFL_KG];
-        AFL_PF_STEP(pf);
-        AFL_PF_STEP(pf);
+        AFL_PF_STEP(pfc_);
+        AFL_PF_STEP(pfc_);
 #pragma GCC unroll 8
         for (int g = 0; g < nvg; g++)
             xv[g] = (rem && g == nvg - 1) ? AFL_F(load_part)(xr + g * AFL_VL, rem)
@@ -273,6 +285,7 @@ AFL_F(grad_tile)(const float *X, int64_t ldx, const int32_t *rows, int64_t q, co
 #pragma GCC unroll 8
         for (int g = 0; g < nvg; g++)
             AFL_F(add_double)(G + (int64_t)c * Dp + (v0 + g) * AFL_VL, acc[c][g]);
+    AFL_PF_END(pf);
 }
 
 /* grad_tile over nt <= AFL_KG vectors (the last one partial when rem), with the class and
@@ -542,10 +555,11 @@ AFL_F(item_grad_tile)(const float *const x[4], int G, const float r[4][4], float
             const float rc = r[m][c];
             rv[m][c] = rc - (AFL_F(mvf_t)){0};  /* rc in every lane (x - 0 == x, -0 too) */
         }
+    AFL_PF_BEGIN(pf);
     for (int64_t v = 0; v < nv; v++) {
         AFL_F(mvf_t) xv[4];
-        AFL_PF_STEP(pf);
-        AFL_PF_STEP(pf);
+        AFL_PF_STEP(pfc_);
+        AFL_PF_STEP(pfc_);
 #pragma GCC unroll 4
         for (int c = 0; c < G; c++) {
             xv[c] = (rem && v == nv - 1) ? AFL_F(load_part)(x[c] + v * AFL_VL, rem)
@@ -560,6 +574,7 @@ AFL_F(item_grad_tile)(const float *const x[4], int G, const float r[4][4], float
             *(AFL_F(mvf_t) *)(g[m] + v * AFL_VL) = gv;
         }
     }
+    AFL_PF_END(pf);
 }
 
 #define AFL_ITEM_GRAD_M(Gv)                                                   \
