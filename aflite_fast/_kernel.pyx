@@ -603,29 +603,43 @@ cdef void *_aligned_zeros(size_t n_bytes) noexcept nogil:
     return ptr
 
 
+cdef void _member_set_init(afl_member_set *ms, int64_t n, int64_t D, int64_t ldx, int C, int G,
+                           const float *X, const int32_t *y, int64_t B, int64_t nrb,
+                           const int64_t *row_blocks, const int64_t *mptr, const int32_t *mrows,
+                           int64_t nsb, const int64_t *super_blocks, int loss_code,
+                           const double *params, afl_user_weight_fn user) noexcept nogil:
+    """The descriptor of a member pass: n rows of D columns (stride ldx), C outputs, items of
+    G rows, B models' member lists over nrb row blocks and nsb super-blocks, and the loss."""
+    ms.n = n
+    ms.D = D
+    ms.ldx = ldx
+    ms.Dp = afl_member_width(D)
+    ms.C = C
+    ms.G = G
+    ms.X = X
+    ms.y = y
+    ms.B = B
+    ms.nrb = nrb
+    ms.row_blocks = row_blocks
+    ms.mptr = mptr
+    ms.mrows = mrows
+    ms.nsb = nsb
+    ms.sb = super_blocks
+    ms.loss_code = loss_code
+    ms.params = params
+    ms.user = user
+
+
 cdef int _member_set_fill(afl_member_set *ms, const float[:, :] X, const int32_t[::1] y,
                           const int64_t[:, ::1] mptr, const int32_t[::1] mrows,
                           const int64_t[::1] row_blocks, const int64_t[::1] super_blocks, int C,
-                          int loss_code, const double[::1] loss_params) except -1:
-    """Point ms at the rows, member lists and blocks of a member pass (built-in losses)."""
-    ms.n = X.shape[0]
-    ms.D = X.shape[1]
-    ms.ldx = _row_stride(X)
-    ms.Dp = afl_member_width(X.shape[1])
-    ms.C = C
-    ms.G = 1
-    ms.X = &X[0, 0]
-    ms.y = &y[0]
-    ms.B = mptr.shape[0]
-    ms.nrb = row_blocks.shape[0] - 1
-    ms.row_blocks = &row_blocks[0]
-    ms.mptr = &mptr[0, 0]
-    ms.mrows = &mrows[0] if mrows.shape[0] > 0 else NULL
-    ms.nsb = super_blocks.shape[0] - 1
-    ms.sb = &super_blocks[0]
-    ms.loss_code = loss_code
-    ms.params = &loss_params[0] if loss_params.shape[0] > 0 else NULL
-    ms.user = NULL
+                          int G, int loss_code, const double[::1] loss_params) except -1:
+    """_member_set_init from arrays (built-in losses)."""
+    _member_set_init(ms, X.shape[0], X.shape[1], _row_stride(X), C, G, &X[0, 0], &y[0], mptr.shape[0],
+                     row_blocks.shape[0] - 1, &row_blocks[0], &mptr[0, 0],
+                     &mrows[0] if mrows.shape[0] > 0 else NULL, super_blocks.shape[0] - 1,
+                     &super_blocks[0], loss_code, &loss_params[0] if loss_params.shape[0] > 0 else NULL,
+                     NULL)
     return 0
 
 
@@ -655,8 +669,8 @@ def member_eval(const float[:, :] X,             # IN  (n, D) rows with a traili
         raise ValueError("member_eval: inconsistent shapes")
     if B == 0 or X.shape[0] == 0:
         return
-    _member_set_fill(&ms, X, y, mptr, mrows, row_blocks, super_blocks, W.shape[1], loss_code, loss_params)
-    ms.G = group
+    _member_set_fill(&ms, X, y, mptr, mrows, row_blocks, super_blocks, W.shape[1], group, loss_code,
+                     loss_params)
     cdef int64_t *active = <int64_t *> malloc(B * sizeof(int64_t))
     if active == NULL:
         raise MemoryError("member_eval: could not allocate scratch memory")
@@ -1029,24 +1043,8 @@ cdef int _train(const float *X, int64_t ldx, const int32_t *y, const uint8_t *me
         rc = -1
     else:
         afl_member_index(n, B, member, nrb, row_blocks, mptr, mrows, group)
-        ms.n = n
-        ms.D = D
-        ms.ldx = ldx
-        ms.Dp = Dp
-        ms.C = C
-        ms.G = group
-        ms.X = X
-        ms.y = y
-        ms.B = B
-        ms.nrb = nrb
-        ms.row_blocks = row_blocks
-        ms.mptr = mptr
-        ms.mrows = mrows
-        ms.nsb = nsb
-        ms.sb = super_blocks
-        ms.loss_code = loss_code
-        ms.params = params
-        ms.user = user
+        _member_set_init(&ms, n, D, ldx, C, group, X, y, B, nrb, row_blocks, mptr, mrows, nsb,
+                         super_blocks, loss_code, params, user)
         while True:
             nA = _lbfgs_trial(&st)
             if nA == 0:
@@ -1225,8 +1223,8 @@ def member_eval_tree(const float[:, :] X,             # IN  (n, D) rows with a t
     cdef int64_t[::1] iv = index
     if nA == 0 or X.shape[0] == 0 or ng == 0:
         return []
-    _member_set_fill(&ms, X, y, mptr, mrows, row_blocks, super_blocks, W.shape[1], loss_code, loss_params)
-    ms.G = group
+    _member_set_fill(&ms, X, y, mptr, mrows, row_blocks, super_blocks, W.shape[1], group, loss_code,
+                     loss_params)
     with nogil:
         rc = afl_member_eval_tree(&ms, nA, &active[0], &W[0, 0, 0], &scale[0], ng, &group_blocks[0],
                                   &group_leaves[0], leaf_lo, leaf_hi, max_nodes, &nv[0, 0, 0], &lv[0],
