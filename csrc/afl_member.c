@@ -243,13 +243,17 @@ static int member_range(const afl_member_set *s, int64_t nA, const int64_t *acti
             w.istart = (int32_t *)malloc((size_t)(nrbs * (w.imax + 1)) * sizeof(int32_t));
             w.imodel = (int32_t *)malloc((size_t)ne * sizeof(int32_t));
             w.iidx = (int32_t *)malloc((size_t)ne * sizeof(int32_t));
-            w.gf = (float *)malloc((size_t)(nA * w.ldg) * sizeof(float));
-            item_ok = w.ni && w.istart && w.imodel && w.iidx && w.gf;
+            item_ok = w.ni && w.istart && w.imodel && w.iidx;
             if (s->loss_code == AFL_LOSS_CE && afl_items_fused) {
+                /* one pass per row block: running sums over all the features */
                 w.gfull = (float *)malloc((size_t)(nA * s->Dp) * sizeof(float));
                 w.igap = (double *)malloc((size_t)ne * sizeof(double));
                 w.isum = (double *)malloc((size_t)ne * sizeof(double));
                 item_ok = item_ok && w.gfull && w.igap && w.isum;
+            } else {
+                /* scores, then the gradient slice by slice */
+                w.gf = (float *)malloc((size_t)(nA * w.ldg) * sizeof(float));
+                item_ok = item_ok && w.gf;
             }
         }
         const int ok = part && w.Z && w.R && w.zb && w.yl && w.off && w.work && w.cur && item_ok;

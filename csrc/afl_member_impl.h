@@ -579,10 +579,10 @@ AFL_F(item_grad_tile)(const float *const x[4], int G, const float r[4][4], float
 
 #define AFL_ITEM_GRAD_M(Gv)                                                   \
     switch (M) {                                                              \
-    case 1: AFL_F(item_grad_tile)(x, Gv, r, g, 1, nv, rem, pf); break;            \
-    case 2: AFL_F(item_grad_tile)(x, Gv, r, g, 2, nv, rem, pf); break;            \
-    case 3: AFL_F(item_grad_tile)(x, Gv, r, g, 3, nv, rem, pf); break;            \
-    default: AFL_F(item_grad_tile)(x, Gv, r, g, 4, nv, rem, pf); break;         \
+    case 1: AFL_F(item_grad_tile)(x, Gv, r, g, 1, nv, rem, pf); break;        \
+    case 2: AFL_F(item_grad_tile)(x, Gv, r, g, 2, nv, rem, pf); break;        \
+    case 3: AFL_F(item_grad_tile)(x, Gv, r, g, 3, nv, rem, pf); break;        \
+    default: AFL_F(item_grad_tile)(x, Gv, r, g, 4, nv, rem, pf); break;       \
     }
 
 /* item_grad_tile with the candidate and model counts constant at each call site. */
