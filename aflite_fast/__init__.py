@@ -28,7 +28,7 @@ import types as _types
 # before the compiled kernel is imported; a value the user set is kept.
 _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from ._version import __version__  # noqa: E402
+from aflite_fast._version import __version__  # noqa: E402
 
 # Names are imported on first use (PEP 562), so ``import aflite_fast`` and the command line's
 # ``--version``/``--help`` do not load the compiled kernel, NumPy or Numba.

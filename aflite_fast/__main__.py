@@ -1,6 +1,6 @@
 """``python -m aflite_fast`` runs the command line."""
 import sys
 
-from .cli import main
+from aflite_fast.cli import main
 
 sys.exit(main())

@@ -6,9 +6,9 @@ compilation on its first call; this module chooses their operands.
 import numpy as np
 
 try:
-    from . import _rowscan
+    from aflite_fast import _rowscan
 except ImportError as exc:  # pragma: no cover - exercised only on a broken install
-    from ._build_check import raise_build_error
+    from aflite_fast._build_check import raise_build_error
 
     raise_build_error(exc)
 

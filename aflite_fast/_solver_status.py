@@ -22,7 +22,7 @@ import warnings
 
 import numpy as np
 
-from .kernel import STATUS_NAMES
+from aflite_fast.kernel import STATUS_NAMES
 
 _CONVERGED = next(code for code, name in STATUS_NAMES.items() if name == "converged")
 #: Above this |X - column mean| the likely cause of a stuck solver is the scale of X.
@@ -80,7 +80,7 @@ class DataScale:
         if self.X is None:
             return None
         if self._value is None:
-            from .data import SCAN_CHUNK_BYTES
+            from aflite_fast.data import SCAN_CHUNK_BYTES
 
             n, d = self.X.shape
             chunk = max(1, SCAN_CHUNK_BYTES // max(1, d * self.X.dtype.itemsize))

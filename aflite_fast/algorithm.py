@@ -25,24 +25,24 @@ from typing import List, Optional
 import numpy as np
 from tqdm.auto import tqdm
 
-from . import engine
-from ._mode_names import REMOVE_MODES, TIE_BREAKS
-from ._solver_status import DataScale, check_trained, status_counts, total_status, warn_not_converged
-from ._threads import effective_n_threads
-from .chance import N_PERMUTATIONS, ChanceCheck, warn_if_chance
-from .checkpoint import Checkpoint, LoopState, data_fingerprint
-from .data import Labels, encode_labels, open_embeddings, scan_rows
-from .degenerate import check_moved, check_scale
-from .eval_rows import eligible_positions, eval_mask, train_positions
-from .eval_rows import fingerprint as eval_fingerprint
-from .groups import check_group_train_size, partition_groups, select_groups
-from .io.fingerprint import ContentHash
-from .io.rowsource import RowSource
-from .io.watch import InputWatch, describe
-from .kernel import SolverOptions
-from .losses import resolve_loss
-from .multiple_choice import check_shape, encode_choices
-from .null import check_null_args, null_codes, summarize
+from aflite_fast import engine
+from aflite_fast._mode_names import REMOVE_MODES, TIE_BREAKS
+from aflite_fast._solver_status import DataScale, check_trained, status_counts, total_status, warn_not_converged
+from aflite_fast._threads import effective_n_threads
+from aflite_fast.chance import N_PERMUTATIONS, ChanceCheck, warn_if_chance
+from aflite_fast.checkpoint import Checkpoint, LoopState, data_fingerprint
+from aflite_fast.data import Labels, encode_labels, open_embeddings, scan_rows
+from aflite_fast.degenerate import check_moved, check_scale
+from aflite_fast.eval_rows import eligible_positions, eval_mask, train_positions
+from aflite_fast.eval_rows import fingerprint as eval_fingerprint
+from aflite_fast.groups import check_group_train_size, partition_groups, select_groups
+from aflite_fast.io.fingerprint import ContentHash
+from aflite_fast.io.rowsource import RowSource
+from aflite_fast.io.watch import InputWatch, describe
+from aflite_fast.kernel import SolverOptions
+from aflite_fast.losses import resolve_loss
+from aflite_fast.multiple_choice import check_shape, encode_choices
+from aflite_fast.null import check_null_args, null_codes, summarize
 
 
 #: Equal-width bins over [0, 1] of the per-phase score histogram (``PhaseRecord.score_hist``).
@@ -349,7 +349,7 @@ def problem_labels(X, y, position_bias=False):
 
 def check_multiple_choice_loss(spec, multiple_choice):
     """Refuse a loss that does not apply to multiple choice (:mod:`aflite_fast.multiple_choice`, c)."""
-    from .kernel import MC_FORWARD_MESSAGE
+    from aflite_fast.kernel import MC_FORWARD_MESSAGE
 
     if multiple_choice and spec.name == "forward":
         raise ValueError(MC_FORWARD_MESSAGE)
@@ -512,7 +512,7 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
         if column is not None:
             raise ValueError("column= reads a table file, which backend='dask' does not take; convert the "
                              "collection to .npy shards (docs/formats.md)")
-        from . import distributed
+        from aflite_fast import distributed
         X = distributed.DaskEmbeddings.open(X, client)  # multiple choice: X.ndim == 3, items on the workers
         scan, score_phase = distributed.scan_rows_dask, distributed.score_phase_dask
         labels, multiple_choice = problem_labels(X, y, position_bias)
@@ -709,7 +709,7 @@ def filter_on_cluster(scheduler, X, y, *, chunk_rows=None, **aflite_kwargs):
     shards, a ``.zarr`` path, an ndarray or a dask array), runs the loop and returns its
     AFLiteResult.  The client is closed afterwards, also after an error.
     """
-    from . import distributed
+    from aflite_fast import distributed
     client = distributed.connect(scheduler)
     try:
         Xd = distributed.DaskEmbeddings(X, client, chunk_rows=chunk_rows)

@@ -26,7 +26,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import List, Optional
 
-from .null import summarize
+from aflite_fast.null import summarize
 
 #: Label permutations of the chance check (at least 2, so that their spread is measured).
 N_PERMUTATIONS = 3

@@ -29,7 +29,7 @@ from typing import List, Optional
 
 import numpy as np
 
-from .io.atomic import write_file_atomically
+from aflite_fast.io.atomic import write_file_atomically
 
 FORMAT = "aflite_fast-checkpoint"
 VERSION = 1

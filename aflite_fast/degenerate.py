@@ -57,7 +57,7 @@ def check_scale(X, center, tol):
     rows = np.asarray(X[sample], dtype=np.float64)
     if np.abs(rows - center64).max() > tol:
         return
-    from ._solver_status import DataScale
+    from aflite_fast._solver_status import DataScale
 
     value, col = DataScale(X, center).largest()
     if value == 0.0:
@@ -124,7 +124,7 @@ def check_moved(coef, status=None, *, X, center=None, train_rows, tol, what="mod
         return
     detail = ""
     if status is not None:
-        from ._solver_status import status_counts
+        from aflite_fast._solver_status import status_counts
 
         counts = status_counts(np.asarray(status)[flat])
         detail = " (solver status: " + ", ".join(f"{k}: {v}" for k, v in counts.items() if v) + ")"

@@ -33,15 +33,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import engine, kernel
-from ._memory import parse_memory
-from .multiple_choice import candidate_rows, is_multiple_choice, tail_columns
-from .io.arrayfile import open_array_file
-from ._rows import membership_matrix
-from .data import GATHER_CHUNK_BYTES, check_dtype, gather_rows, scan_block, scan_chunk_rows
-from .io.fingerprint import block_digests
-from .io.rowsource import FileRows, RowSource
-from .losses import resolve_loss
+from aflite_fast import engine, kernel
+from aflite_fast._memory import parse_memory
+from aflite_fast.multiple_choice import candidate_rows, is_multiple_choice, tail_columns
+from aflite_fast.io.arrayfile import open_array_file
+from aflite_fast._rows import membership_matrix
+from aflite_fast.data import GATHER_CHUNK_BYTES, check_dtype, gather_rows, scan_block, scan_chunk_rows
+from aflite_fast.io.fingerprint import block_digests
+from aflite_fast.io.rowsource import FileRows, RowSource
+from aflite_fast.losses import resolve_loss
 
 __all__ = ["DaskEmbeddings", "DaskPhaseScores", "as_dask_array", "connect", "close_client", "leaf_ranges",
            "score_phase_dask", "scan_rows_dask"]

@@ -33,11 +33,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import _kernel, kernel
-from ._memory import format_size, parse_memory
-from ._rows import membership_matrix
-from .data import GATHER_CHUNK_BYTES, gather_rows
-from .multiple_choice import candidate_rows, gather_items, n_extra_columns
+from aflite_fast import _kernel, kernel
+from aflite_fast._memory import format_size, parse_memory
+from aflite_fast._rows import membership_matrix
+from aflite_fast.data import GATHER_CHUNK_BYTES, gather_rows
+from aflite_fast.multiple_choice import candidate_rows, gather_items, n_extra_columns
 
 
 def seed_entropy(random_state):

@@ -6,13 +6,13 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d
 
-from . import kernel
-from ._solver_status import check_solver_result
-from ._threads import effective_n_threads
-from .algorithm import aflite
-from .data import encode_labels, open_embeddings, scan_rows
-from .engine import kernel_C
-from .losses import PARAMETER_NAMES, resolve_loss
+from aflite_fast import kernel
+from aflite_fast._solver_status import check_solver_result
+from aflite_fast._threads import effective_n_threads
+from aflite_fast.algorithm import aflite
+from aflite_fast.data import encode_labels, open_embeddings, scan_rows
+from aflite_fast.engine import kernel_C
+from aflite_fast.losses import PARAMETER_NAMES, resolve_loss
 
 
 class AFLite(BaseEstimator):

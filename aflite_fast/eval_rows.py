@@ -16,7 +16,7 @@ import numbers
 
 import numpy as np
 
-from .engine import TRAIN_PAD, partition_train_positions
+from aflite_fast.engine import TRAIN_PAD, partition_train_positions
 
 
 def eval_mask(eval_rows, n_rows):

@@ -142,7 +142,7 @@ def balanced_accuracy(y_true, y_pred):
 def _probe(X, y, rows, groups, cv, seed, n_jobs, what, names):
     """(balanced accuracy, accuracy, majority rate) of the out-of-fold probe on ``rows`` (``y``:
     label codes, ``names`` the labels they stand for)."""
-    from .oof import oof_run
+    from aflite_fast.oof import oof_run
 
     y_rows = y[rows]
     classes, counts = np.unique(y_rows, return_counts=True)
@@ -259,10 +259,10 @@ def evaluate_filter(X, y, keep, *, result=None, features=None, cv=5, n_random=3,
     >>> ev = evaluate_filter(X, y, res.keep, result=res, features=X_bow)          # doctest: +SKIP
     >>> print(ev.summary())                                                       # doctest: +SKIP
     """
-    from .data import encode_labels, open_embeddings, scan_rows
-    from .degenerate import check_scale
-    from .engine import seed_entropy
-    from .groups import encode_groups
+    from aflite_fast.data import encode_labels, open_embeddings, scan_rows
+    from aflite_fast.degenerate import check_scale
+    from aflite_fast.engine import seed_entropy
+    from aflite_fast.groups import encode_groups
 
     X = open_embeddings(X)
     n = X.shape[0]

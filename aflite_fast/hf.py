@@ -1,5 +1,5 @@
 """AFLite on a Hugging Face ``datasets.Dataset``: :func:`filter_dataset`."""
-from .io.arrow import dataset_column, dataset_rows
+from aflite_fast.io.arrow import dataset_column, dataset_rows
 
 
 def filter_dataset(ds, embedding_column, label_column, *, groups_column=None, **aflite_kwargs):
@@ -34,7 +34,7 @@ def filter_dataset(ds, embedding_column, label_column, *, groups_column=None, **
     >>> kept, result = filter_dataset(ds, "embedding", "label", target_size=10_000,
     ...                               train_size=0.5, random_state=0)  # doctest: +SKIP
     """
-    from .algorithm import aflite
+    from aflite_fast.algorithm import aflite
 
     X = dataset_rows(ds, embedding_column)
     y = dataset_column(ds, label_column, "labels")

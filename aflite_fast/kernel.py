@@ -19,15 +19,15 @@ from typing import Optional
 import numpy as np
 
 try:
-    from . import _kernel
+    from aflite_fast import _kernel
 except ImportError as exc:  # pragma: no cover - exercised only on a broken install
-    from ._build_check import raise_build_error
+    from aflite_fast._build_check import raise_build_error
 
     raise_build_error(exc)
 
-from ._threads import for_row_ranges, limit_blas_threads, limit_threads
-from .losses import resolve_loss
-from ._loss_names import LOSS_CODES as _LOSS_CODES
+from aflite_fast._threads import for_row_ranges, limit_blas_threads, limit_threads
+from aflite_fast.losses import resolve_loss
+from aflite_fast._loss_names import LOSS_CODES as _LOSS_CODES
 
 _LOSS_FORWARD = _LOSS_CODES["forward"]
 #: Why multiple choice refuses the forward-corrected loss.

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .data import encode_labels
-from .oof import oof_run
+from aflite_fast.data import encode_labels
+from aflite_fast.oof import oof_run
 
 
 @dataclass

@@ -39,7 +39,7 @@ from typing import Optional
 
 import numpy as np
 
-from ._loss_names import LOSS_CODES as _CODES, LOSS_NAMES  # noqa: F401 (LOSS_NAMES: public)
+from aflite_fast._loss_names import LOSS_CODES as _CODES, LOSS_NAMES  # noqa: F401 (LOSS_NAMES: public)
 
 _USER_CODE = _CODES["user"]
 
@@ -124,7 +124,7 @@ def _forward_params(params, n_classes):
         raise ValueError(f"forward: T must be a C x C matrix of numbers: {exc}") from exc
     if T.shape != (n_classes, n_classes):
         raise ValueError(f"forward: T must have shape {(n_classes, n_classes)}, got {T.shape}")
-    from .degenerate import check_transition
+    from aflite_fast.degenerate import check_transition
 
     empty = np.flatnonzero(T.sum(axis=0) <= 0) if np.all(np.isfinite(T)) and np.all(T >= 0) else []
     if len(empty):

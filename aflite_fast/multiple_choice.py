@@ -23,8 +23,8 @@ import numbers
 
 import numpy as np
 
-from . import kernel
-from .data import gather_rows
+from aflite_fast import kernel
+from aflite_fast.data import gather_rows
 
 
 def is_multiple_choice(X):

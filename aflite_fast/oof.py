@@ -33,13 +33,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import engine, kernel
-from ._memory import parse_memory
-from ._threads import effective_n_threads
-from .algorithm import validate_settings
-from .data import encode_labels, gather_rows, open_embeddings, scan_rows
-from .groups import encode_groups, partition_groups
-from .losses import resolve_loss
+from aflite_fast import engine, kernel
+from aflite_fast._memory import parse_memory
+from aflite_fast._threads import effective_n_threads
+from aflite_fast.algorithm import validate_settings
+from aflite_fast.data import encode_labels, gather_rows, open_embeddings, scan_rows
+from aflite_fast.groups import encode_groups, partition_groups
+from aflite_fast.losses import resolve_loss
 
 
 @dataclass

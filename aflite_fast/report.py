@@ -21,7 +21,7 @@ import os
 
 import numpy as np
 
-from .io.atomic import OutputSet
+from aflite_fast.io.atomic import OutputSet
 
 REPORT_JSON = "report.json"
 REPORT_PNG = "report.png"

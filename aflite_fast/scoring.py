@@ -4,17 +4,17 @@ from typing import Optional
 
 import numpy as np
 
-from . import engine
-from ._solver_status import DataScale, check_trained, status_counts, warn_not_converged
-from .degenerate import check_moved, check_scale
-from ._threads import effective_n_threads
-from .algorithm import check_multiple_choice_loss, open_problem, score_nulls, validate_settings
-from .data import scan_rows
-from .eval_rows import eval_mask, train_positions
-from .groups import partition_groups
-from .kernel import SolverOptions
-from .losses import resolve_loss
-from .null import check_null_args
+from aflite_fast import engine
+from aflite_fast._solver_status import DataScale, check_trained, status_counts, warn_not_converged
+from aflite_fast.degenerate import check_moved, check_scale
+from aflite_fast._threads import effective_n_threads
+from aflite_fast.algorithm import check_multiple_choice_loss, open_problem, score_nulls, validate_settings
+from aflite_fast.data import scan_rows
+from aflite_fast.eval_rows import eval_mask, train_positions
+from aflite_fast.groups import partition_groups
+from aflite_fast.kernel import SolverOptions
+from aflite_fast.losses import resolve_loss
+from aflite_fast.null import check_null_args
 
 
 @dataclass

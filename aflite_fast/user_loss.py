@@ -45,7 +45,7 @@ import math
 
 import numpy as np
 
-from .losses import LossSpec, _CODES
+from aflite_fast.losses import LossSpec, _CODES
 
 __all__ = ["UserLoss", "user_loss", "SIGNATURE"]
 

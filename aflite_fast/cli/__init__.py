@@ -26,8 +26,8 @@ import signal
 import sys
 import threading
 
-from .._version import __version__
-from ._args import ArgumentParser, UsageError, name_flags
+from aflite_fast._version import __version__
+from aflite_fast.cli._args import ArgumentParser, UsageError, name_flags
 
 #: Subcommand modules, in the order ``--help`` lists them; one line registers a subcommand.
 #: A module missing from this build (an optional one) is skipped.
@@ -103,7 +103,7 @@ class _SignalsRaise:
         raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
     def __enter__(self):
-        from ..io.atomic import publishing
+        from aflite_fast.io.atomic import publishing
 
         self._publishing = publishing
         self._published_before = publishing()[1]

@@ -1,6 +1,6 @@
 """``python -m aflite_fast.cli`` runs the command line."""
 import sys
 
-from . import main
+from aflite_fast.cli import main
 
 sys.exit(main())

@@ -8,7 +8,7 @@ what is left should fall toward chance.
 """
 import time
 
-from ._args import add_flag, cap_threads, positive_int
+from aflite_fast.cli._args import add_flag, cap_threads, positive_int
 
 #: Library parameter names -> this command's flags, for error messages.
 PARAMETER_FLAGS = {"n_jobs": "--n-jobs", "n_samples": "--n-samples", "random_state": "--seed"}
@@ -34,7 +34,7 @@ def linear_accuracy(X, y, n_jobs=None, n_folds=5):
     importing scikit-learn, which would cost this command about a second."""
     import numpy as np
 
-    from ..oof import oof_predict_proba
+    from aflite_fast.oof import oof_predict_proba
 
     y = np.asarray(y)
     fold = np.empty(y.size, dtype=np.int64)
@@ -53,8 +53,8 @@ def demo_table(n_samples=6000, seed=0, n_jobs=None, progress=True):
     """
     import numpy as np
 
-    from ..algorithm import aflite
-    from ..synthetic import make_biased_circles
+    from aflite_fast.algorithm import aflite
+    from aflite_fast.synthetic import make_biased_circles
 
     if n_samples < 200:
         raise ValueError(f"--n-samples must be at least 200, got {n_samples}")

@@ -2,8 +2,8 @@
 import os
 import sys
 
-from ._args import HelpFormatter, add_flag, cap_threads, positive_int
-from ._filter import add_groups_arguments, add_input_arguments
+from aflite_fast.cli._args import HelpFormatter, add_flag, cap_threads, positive_int
+from aflite_fast.cli._filter import add_groups_arguments, add_input_arguments
 
 PARAMETER_FLAGS = {"features": "--features", "cv": "--cv", "n_random": "--n-random", "groups": "--groups",
                    "random_state": "--seed", "n_jobs": "--n-jobs", "keep": "DIR/keep.npy"}
@@ -52,7 +52,7 @@ def evaluation_of(X, y, keep, report, *, features=None, groups=None, seed=0, n_j
     """The dict report.json keeps under ``evaluation``: :meth:`EvaluationResult.to_dict` of
     :func:`aflite_fast.evaluate_filter` (with the run's chance check from ``report``), plus the
     path of ``features``."""
-    from ..evaluation import evaluate_filter
+    from aflite_fast.evaluation import evaluate_filter
 
     result = evaluate_filter(X, y, keep, result=report, features=features, cv=cv, n_random=n_random,
                              groups=groups, random_state=seed, n_jobs=n_jobs)
@@ -64,12 +64,12 @@ def evaluation_of(X, y, keep, report, *, features=None, groups=None, seed=0, n_j
 def run(args):
     import numpy as np
 
-    from ..data import open_embeddings
-    from ..io.atomic import OutputSet
-    from ..io.labelfile import read_labels_file
-    from ..io.watch import InputWatch
-    from ..report import REPORT_JSON, REPORT_PNG, draw_report, read_report, require_matplotlib
-    from ._filter import _read_groups
+    from aflite_fast.data import open_embeddings
+    from aflite_fast.io.atomic import OutputSet
+    from aflite_fast.io.labelfile import read_labels_file
+    from aflite_fast.io.watch import InputWatch
+    from aflite_fast.report import REPORT_JSON, REPORT_PNG, draw_report, read_report, require_matplotlib
+    from aflite_fast.cli._filter import _read_groups
 
     prog = "aflite-fast evaluate"
     out_dir = os.fspath(args.dir)

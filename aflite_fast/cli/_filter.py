@@ -4,10 +4,10 @@ import sys
 import time
 import warnings
 
-from .._loss_names import LOSS_NAMES
-from .._mode_names import NULL_MODES, REMOVE_MODES, STOP_RULES, TIE_BREAKS
-from .._version import __version__
-from ._args import HelpFormatter, add_flag, cap_threads, memory_size, positive_int
+from aflite_fast._loss_names import LOSS_NAMES
+from aflite_fast._mode_names import NULL_MODES, REMOVE_MODES, STOP_RULES, TIE_BREAKS
+from aflite_fast._version import __version__
+from aflite_fast.cli._args import HelpFormatter, add_flag, cap_threads, memory_size, positive_int
 
 #: Files the command writes into --out, switched in together (aflite_fast.io.atomic).
 OUTPUT_NAMES = ("keep.npy", "scores.npy", "report.json")
@@ -201,7 +201,7 @@ def add_parser(subparsers):
 
 def _read_groups(args):
     """Group ids of --groups FILE, read as LABELS files are; errors name the flag."""
-    from ..io.labelfile import read_labels_file
+    from aflite_fast.io.labelfile import read_labels_file
 
     try:
         return read_labels_file(args.groups, column=args.groups_column, header=args.groups_header, kind="groups")
@@ -214,7 +214,7 @@ def read_eval_rows(path, flag="--eval-rows"):
     line (blank lines ignored); ValueError naming the flag."""
     import numpy as np
 
-    from ..io.arrayfile import open_array_file
+    from aflite_fast.io.arrayfile import open_array_file
 
     try:
         if str(path).endswith((".npy", ".npz")) or ".npz:" in str(path):
@@ -244,7 +244,7 @@ def _loss_params(args, n_classes):
                          "noise transition matrix)")
     import numpy as np
 
-    from ..io.arrayfile import open_array_file
+    from aflite_fast.io.arrayfile import open_array_file
 
     try:
         T = np.array(open_array_file(args.transition, "the transition matrix"))
@@ -254,14 +254,14 @@ def _loss_params(args, n_classes):
 
 
 def run(args):
-    from ..algorithm import aflite
-    from ..eval_rows import eval_mask
-    from ..io.labelfile import read_labels_file
-    from ..data import open_embeddings
-    from ..io.atomic import OutputSet
-    from ..io.watch import InputWatch
-    from .._solver_status import NOT_CONVERGED_MESSAGE, total_status
-    from ..chance import ChanceWarning, chance_line
+    from aflite_fast.algorithm import aflite
+    from aflite_fast.eval_rows import eval_mask
+    from aflite_fast.io.labelfile import read_labels_file
+    from aflite_fast.data import open_embeddings
+    from aflite_fast.io.atomic import OutputSet
+    from aflite_fast.io.watch import InputWatch
+    from aflite_fast._solver_status import NOT_CONVERGED_MESSAGE, total_status
+    from aflite_fast.chance import ChanceWarning, chance_line
 
     prog = "aflite-fast filter"
     start = time.perf_counter()
@@ -290,7 +290,7 @@ def run(args):
     if args.features is not None and not args.evaluate:
         raise ValueError("--features needs --evaluate")
     if args.plot:
-        from ..report import require_matplotlib
+        from aflite_fast.report import require_matplotlib
 
         require_matplotlib()  # fail before the run, not after it
     import numpy as np
@@ -309,7 +309,7 @@ def run(args):
         params["position_bias"] = args.position_bias
     extra = {}
     if args.scheduler:
-        from ..distributed import close_client, connect  # needs the optional dask
+        from aflite_fast.distributed import close_client, connect  # needs the optional dask
 
         extra = dict(backend="dask", client=connect(args.scheduler))
     try:
@@ -357,13 +357,13 @@ def run(args):
                 "chance_check": None if result.chance is None else result.chance.as_dict(),
             }
             if args.evaluate:
-                from ._evaluate import evaluation_of
+                from aflite_fast.cli._evaluate import evaluation_of
 
                 report["evaluation"] = evaluation_of(X, y, result.keep, report, features=args.features,
                                                      groups=groups, seed=args.seed, n_jobs=params["n_jobs"])
             out.save_json("report.json", report)
             if args.plot:
-                from ..report import draw_report
+                from aflite_fast.report import draw_report
 
                 out.write(PLOT_NAME, lambda path: draw_report(report, path))
     finally:

@@ -3,8 +3,8 @@ import os
 import sys
 import time
 
-from ._args import HelpFormatter, add_flag, cap_threads, memory_size, positive_int
-from ._filter import add_input_arguments
+from aflite_fast.cli._args import HelpFormatter, add_flag, cap_threads, memory_size, positive_int
+from aflite_fast.cli._filter import add_input_arguments
 
 #: Library parameter names -> the flags of this command, for error messages.
 PARAMETER_FLAGS = {"threshold": "--threshold", "n_issues": "--n-issues", "cv": "--cv", "C": "--C",
@@ -82,10 +82,10 @@ def _csv_text(result, y):
 
 def run(args):
     """Run the ``label-issues`` subcommand; returns 0 (bad input raises ValueError: exit 2)."""
-    from ..data import open_embeddings
-    from ..io.atomic import write_file_atomically
-    from ..io.labelfile import read_labels_file
-    from ..label_issues import filter_label_issues
+    from aflite_fast.data import open_embeddings
+    from aflite_fast.io.atomic import write_file_atomically
+    from aflite_fast.io.labelfile import read_labels_file
+    from aflite_fast.label_issues import filter_label_issues
 
     prog = "aflite-fast label-issues"
     start = time.perf_counter()

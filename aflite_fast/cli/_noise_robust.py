@@ -1,7 +1,7 @@
 """``aflite-fast noise-robust``: noise-robust losses vs cross-entropy under label noise."""
 import time
 
-from ._args import add_flag, cap_threads, positive_int
+from aflite_fast.cli._args import add_flag, cap_threads, positive_int
 
 __all__ = ["add_parser", "run"]
 
@@ -42,8 +42,8 @@ def add_parser(subparsers):
     parser : argparse.ArgumentParser
         The subcommand's parser; its default ``func`` is :func:`run`.
     """
-    from .._loss_names import LOSS_NAMES
-    from ..experiments._names import DATASETS, FASHION_MNIST_DIR
+    from aflite_fast._loss_names import LOSS_NAMES
+    from aflite_fast.experiments._names import DATASETS, FASHION_MNIST_DIR
 
     p = subparsers.add_parser(
         "noise-robust",
@@ -87,7 +87,7 @@ def run(args):
         0 on success.  Invalid arguments, missing data and a missing optional dependency
         raise ValueError or ImportError, which ``aflite_fast.cli.main`` turns into exit code 2.
     """
-    from ..experiments.noise_robust import (DEFAULT_LOSSES, DEFAULT_SETTINGS,
+    from aflite_fast.experiments.noise_robust import (DEFAULT_LOSSES, DEFAULT_SETTINGS,
                                             run_noise_robust_experiment, table_markdown)
 
     losses = DEFAULT_LOSSES

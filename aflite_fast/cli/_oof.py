@@ -4,7 +4,7 @@ import sys
 import time
 import warnings
 
-from ._args import HelpFormatter, add_flag, cap_threads, memory_size, positive_int
+from aflite_fast.cli._args import HelpFormatter, add_flag, cap_threads, memory_size, positive_int
 
 #: Library parameter names -> the flags of this command, for error messages.
 PARAMETER_FLAGS = {
@@ -38,7 +38,7 @@ table (EMB's own included) named by --labels-column (--groups-column).
 
 def add_parser(subparsers):
     """Register the ``oof`` subcommand and return its parser."""
-    from ._filter import add_groups_arguments, add_input_arguments, add_model_arguments, train_size_arg
+    from aflite_fast.cli._filter import add_groups_arguments, add_input_arguments, add_model_arguments, train_size_arg
 
     p = subparsers.add_parser(
         "oof", help="out-of-fold probabilities (N x C .npy) for cleanlab and other label-error tools",
@@ -85,13 +85,13 @@ def _check_out(path):
 
 
 def run(args):
-    from ..data import open_embeddings
-    from ..io.atomic import write_file_atomically
-    from ..io.labelfile import read_labels_file
-    from ..io.watch import InputWatch
-    from ..oof import oof_run
-    from .._solver_status import status_counts
-    from ._filter import _loss_params, _read_groups
+    from aflite_fast.data import open_embeddings
+    from aflite_fast.io.atomic import write_file_atomically
+    from aflite_fast.io.labelfile import read_labels_file
+    from aflite_fast.io.watch import InputWatch
+    from aflite_fast.oof import oof_run
+    from aflite_fast._solver_status import status_counts
+    from aflite_fast.cli._filter import _loss_params, _read_groups
 
     prog = "aflite-fast oof"
     start = time.perf_counter()

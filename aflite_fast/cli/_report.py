@@ -1,7 +1,7 @@
 """``aflite-fast report DIR``: draw DIR/report.png from the DIR/report.json of a filter run."""
 import sys
 
-from ._args import HelpFormatter
+from aflite_fast.cli._args import HelpFormatter
 
 _DESCRIPTION = """\
 Draw DIR/report.png from DIR/report.json (written by 'aflite-fast filter'): rows active and rows
@@ -27,7 +27,7 @@ def add_parser(subparsers):
 
 
 def run(args):
-    from ..report import write_report_png  # NumPy and matplotlib only when it runs
+    from aflite_fast.report import write_report_png  # NumPy and matplotlib only when it runs
 
     path = write_report_png(args.dir)
     if not args.quiet:

@@ -2,7 +2,7 @@
 
 import time
 
-from ._args import add_flag, cap_threads, positive_int
+from aflite_fast.cli._args import add_flag, cap_threads, positive_int
 
 __all__ = ["add_parser", "run"]
 
@@ -128,7 +128,7 @@ def run(args):
     for flag, given in (("--n-candidates", args.n_candidates != 4), ("--artifact-share", args.artifact_share != 0.5)):
         if given:
             raise ValueError(f"{flag} applies to --multiple-choice only")
-    from ..experiments.synthetic import run_synthetic_experiment, table_markdown
+    from aflite_fast.experiments.synthetic import run_synthetic_experiment, table_markdown
 
     start = time.perf_counter()
     results = run_synthetic_experiment(
@@ -165,7 +165,7 @@ def _run_multiple_choice(args):
                         ("--bias-share", args.bias_share != 0.75)):
         if given:
             raise ValueError(f"{flag} does not apply to --multiple-choice (see --artifact-share)")
-    from ..experiments.multiple_choice import run_multiple_choice_experiment, table_markdown
+    from aflite_fast.experiments.multiple_choice import run_multiple_choice_experiment, table_markdown
 
     start = time.perf_counter()
     result = run_multiple_choice_experiment(

@@ -10,7 +10,7 @@ __all__ = ["SyntheticLevelResult", "run_synthetic_experiment", "run_synthetic_le
 def __getattr__(name):
     # imported on first use, so the command line's parsers can read ._names without NumPy
     if name in __all__:
-        from . import synthetic
+        from aflite_fast.experiments import synthetic
 
         return getattr(synthetic, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

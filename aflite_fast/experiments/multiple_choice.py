@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..io.atomic import OutputSet
-from ..synthetic import make_multiple_choice
+from aflite_fast.io.atomic import OutputSet
+from aflite_fast.synthetic import make_multiple_choice
 
 __all__ = ["MultipleChoiceResult", "run_multiple_choice", "run_multiple_choice_experiment"]
 
@@ -51,8 +51,8 @@ class MultipleChoiceResult:
 def linear_accuracy(X, y, train, test, C=1.0, n_jobs=1):
     """Test accuracy of the kernel's linear scorer (softmax over the candidates) trained on
     the items ``train`` and predicting the items ``test``."""
-    from .. import kernel
-    from ..multiple_choice import augment_items
+    from aflite_fast import kernel
+    from aflite_fast.multiple_choice import augment_items
 
     K, d = X.shape[1], X.shape[2]
     center = X[train].reshape(-1, d).mean(axis=0, dtype=np.float64).astype(np.float32)
@@ -141,8 +141,8 @@ def run_multiple_choice(*, n_items=4000, n_candidates=4, separation=0.4, noise=0
     if not 0 < train_size < target_size < n_items:
         raise ValueError(f"need 0 < train size < target size < items, got train {train_size}, target "
                          f"{target_size}, items {n_items}")
-    from .. import aflite
-    from .._threads import effective_n_threads
+    from aflite_fast import aflite
+    from aflite_fast._threads import effective_n_threads
 
     data_seed, aflite_seed, split_seed = (int(s) for s in np.random.default_rng(random_state).integers(
         0, 2**31 - 1, size=3))
@@ -185,7 +185,7 @@ def table_markdown(rows):
 def plot_figure(result, path, *, dpi=90):
     """Artifact share and linear scorer accuracy of the active items, phase by phase, with the
     non-linear scorer's accuracy before and after and chance (1/K)."""
-    from .synthetic import _require_matplotlib
+    from aflite_fast.experiments.synthetic import _require_matplotlib
 
     Figure, FigureCanvasAgg = _require_matplotlib()
     fig = Figure(figsize=(7.5, 3.6))
@@ -213,7 +213,7 @@ def run_multiple_choice_experiment(out_dir, *, plot=True, **kwargs):
     into ``out_dir`` together (:class:`aflite_fast.io.atomic.OutputSet`); kwargs go to
     :func:`run_multiple_choice`."""
     if plot:
-        from .synthetic import _require_matplotlib
+        from aflite_fast.experiments.synthetic import _require_matplotlib
 
         _require_matplotlib()
     names = ["table.csv", "table.md"] + (["figure.png"] if plot else [])

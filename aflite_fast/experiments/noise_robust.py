@@ -33,12 +33,12 @@ import time
 
 import numpy as np
 
-from .. import kernel
-from .._threads import effective_n_threads
-from ..engine import kernel_C
-from ..losses import needs_warmup, resolve_loss
-from ..io.atomic import OutputSet
-from ._names import DATASETS, FASHION_MNIST_DIR
+from aflite_fast import kernel
+from aflite_fast._threads import effective_n_threads
+from aflite_fast.engine import kernel_C
+from aflite_fast.losses import needs_warmup, resolve_loss
+from aflite_fast.io.atomic import OutputSet
+from aflite_fast.experiments._names import DATASETS, FASHION_MNIST_DIR
 
 __all__ = ["DEFAULT_LOSSES", "DEFAULT_SETTINGS", "FASHION_MNIST_DIR", "noise_matrix",
            "corrupt_labels", "load_dataset", "fit_predict", "run_noise_robust",

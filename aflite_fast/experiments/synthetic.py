@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..synthetic import make_biased_circles, separation_levels
-from ..io.atomic import OutputSet
+from aflite_fast.synthetic import make_biased_circles, separation_levels
+from aflite_fast.io.atomic import OutputSet
 
 __all__ = ["SyntheticLevelResult", "run_synthetic_levels", "run_synthetic_experiment"]
 
@@ -197,7 +197,7 @@ def run_synthetic_levels(
 
     from tqdm.auto import tqdm
 
-    from .. import aflite
+    from aflite_fast import aflite
     # Independent streams for each level's data, AFLite run and splits, from one seed.
     seeds = np.random.default_rng(random_state).integers(0, 2**31 - 1, size=(len(separations), 3))
     lr, svm = _models()

@@ -22,12 +22,12 @@ import os
 
 import numpy as np
 
-from .rowsource import ChunkedRows, ConcatRows, FileRows, natural_key
-from ._pread import SharedFile
+from aflite_fast.io.rowsource import ChunkedRows, ConcatRows, FileRows, natural_key
+from aflite_fast.io._pread import SharedFile
 
 
 def _pa():
-    from .formats import require
+    from aflite_fast.io.formats import require
 
     return require("pyarrow")
 
@@ -317,7 +317,7 @@ def dataset_rows(ds, column):
     ValueError
         Naming the column: missing, not a list of numbers, lists of different lengths, nulls.
     """
-    from .rowsource import ArrayRows, IndexedRows
+    from aflite_fast.io.rowsource import ArrayRows, IndexedRows
 
     table = ds.data.table
     where = "the dataset"

@@ -18,7 +18,7 @@ formats that need it; when it is missing, :func:`require` names the extra that i
 import importlib
 import os
 
-from .shards import is_glob, shard_paths
+from aflite_fast.io.shards import is_glob, shard_paths
 
 #: The extra of ``pyproject.toml`` that installs the optional readers.
 EXTRA = "formats"
@@ -43,8 +43,8 @@ def detect(spec):
     ValueError
         For a directory or glob holding nothing readable.
     """
-    from .arrow import is_dataset_dir
-    from .safetensors_file import split_safetensors
+    from aflite_fast.io.arrow import is_dataset_dir
+    from aflite_fast.io.safetensors_file import split_safetensors
 
     if isinstance(spec, (list, tuple)):
         return "shards"
@@ -93,25 +93,25 @@ def open_rows(spec, column=None, what="embeddings"):
         raise ValueError(f"column={column!r} (--column) chooses a column of a table (Arrow, Hugging Face dataset, "
                          f"Parquet); {shown} is not one")
     if fmt == "shards":
-        from .shards import open_shards
+        from aflite_fast.io.shards import open_shards
 
         paths = list(spec) if isinstance(spec, (list, tuple)) else shard_paths(spec)
         if not paths:
             raise ValueError(f"no .npy shards match {os.fspath(spec)!r}")
         return open_shards(paths, what, name=None if isinstance(spec, (list, tuple)) else repr(os.fspath(spec)))
     if fmt == "safetensors":
-        from .safetensors_file import open_safetensors
+        from aflite_fast.io.safetensors_file import open_safetensors
 
         return open_safetensors(spec, what)
     if fmt == "arrow":
-        from .arrow import open_arrow
+        from aflite_fast.io.arrow import open_arrow
 
         return open_arrow(spec, column, what)
     if fmt == "parquet":
-        from .parquet import open_parquet
+        from aflite_fast.io.parquet import open_parquet
 
         return open_parquet(spec, column, what)
-    from .shards import array_rows
+    from aflite_fast.io.shards import array_rows
 
     return array_rows(spec, what)
 
@@ -138,11 +138,11 @@ def read_column(spec, column, what="labels"):
     if column is None:
         raise ValueError(f"{os.fspath(spec)!r} is a table: name the {what} column")
     if fmt == "arrow":
-        from .arrow import read_arrow_column
+        from aflite_fast.io.arrow import read_arrow_column
 
         return read_arrow_column(spec, column, what)
     if fmt == "parquet":
-        from .parquet import read_parquet_column
+        from aflite_fast.io.parquet import read_parquet_column
 
         return read_parquet_column(spec, column, what)
     raise ValueError(f"{os.fspath(spec)!r} is not a table (Arrow, Hugging Face dataset, Parquet)")
@@ -150,22 +150,22 @@ def read_column(spec, column, what="labels"):
 
 def spec_files(spec):
     """The files behind ``spec`` without opening them (for :mod:`.watch`); [] if unknown."""
-    from .arrayfile import split_key
+    from aflite_fast.io.arrayfile import split_key
 
     try:
         fmt = detect(spec)
         if fmt == "shards":
             paths = list(spec) if isinstance(spec, (list, tuple)) else shard_paths(spec)
         elif fmt == "safetensors":
-            from .safetensors_file import split_safetensors
+            from aflite_fast.io.safetensors_file import split_safetensors
 
             paths = [split_safetensors(spec)[0]]
         elif fmt == "arrow":
-            from .arrow import arrow_files
+            from aflite_fast.io.arrow import arrow_files
 
             paths = arrow_files(spec)
         elif fmt == "parquet":
-            from .parquet import parquet_files
+            from aflite_fast.io.parquet import parquet_files
 
             paths = parquet_files(spec)
         else:

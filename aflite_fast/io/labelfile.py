@@ -40,8 +40,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .arrayfile import looks_like_array_file, open_array_file
-from .formats import is_table, read_column
+from aflite_fast.io.arrayfile import looks_like_array_file, open_array_file
+from aflite_fast.io.formats import is_table, read_column
 
 _NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 _INTEGER = re.compile(r"[+-]?\d+")

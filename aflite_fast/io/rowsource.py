@@ -24,7 +24,7 @@ import re
 
 import numpy as np
 
-from ._pread import InputChangedError, SharedFile
+from aflite_fast.io._pread import InputChangedError, SharedFile
 
 __all__ = ["RowSource", "FileRows", "ArrayRows", "ConcatRows", "ChunkedRows", "IndexedRows", "InputChangedError",
            "natural_key", "MERGE_BYTES"]

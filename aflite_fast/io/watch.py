@@ -20,7 +20,7 @@ import os
 
 import numpy as np
 
-from .arrayfile import split_key
+from aflite_fast.io.arrayfile import split_key
 
 
 def source_files(X):
@@ -35,7 +35,7 @@ def source_files(X):
         path = split_key(X)[0]
         if os.path.isfile(path):
             return [os.path.abspath(path)]
-        from .formats import spec_files  # a directory or glob of shards, a dataset, FILE.safetensors:KEY
+        from aflite_fast.io.formats import spec_files  # a directory or glob of shards, a dataset, FILE.safetensors:KEY
 
         return spec_files(X)
     if hasattr(X, "read_rows") and hasattr(X, "files"):
