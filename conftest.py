@@ -12,7 +12,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _source_tree_is_built():
-    pkg = os.path.join(_HERE, "aflite_fast")
+    pkg = os.path.join(_HERE, "aflite_fast", "core")
     return any(name.startswith("_kernel.") and name.endswith((".so", ".pyd")) for name in os.listdir(pkg))
 
 

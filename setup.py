@@ -65,15 +65,15 @@ def extensions():
     from Cython.Build import cythonize
 
     kernel = Extension(
-        "aflite_fast._kernel",
-        sources=["aflite_fast/_kernel.pyx", os.path.join(CSRC, "afl_gemm.c"),
+        "aflite_fast.core._kernel",
+        sources=["aflite_fast/core/_kernel.pyx", os.path.join(CSRC, "afl_gemm.c"),
                  os.path.join(CSRC, "afl_member.c")],
         include_dirs=[CSRC],
         depends=[os.path.join(CSRC, h) for h in ("afl_gemm.h", "afl_gemm_impl.h", "afl_losses.h",
                                                   "afl_omp.h", "afl_member.h", "afl_member_impl.h")],
     )
     # the row helpers of the filtering path (input checks, membership): no OpenMP, no csrc
-    rowscan = Extension("aflite_fast._rowscan", sources=["aflite_fast/_rowscan.pyx"])
+    rowscan = Extension("aflite_fast.io._rowscan", sources=["aflite_fast/io/_rowscan.pyx"])
     return cythonize(
         [kernel, rowscan],
         compiler_directives={"language_level": 3, "boundscheck": False, "wraparound": False,

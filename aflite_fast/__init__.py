@@ -33,18 +33,44 @@ from aflite_fast._version import __version__  # noqa: E402
 # Names are imported on first use (PEP 562), so ``import aflite_fast`` and the command line's
 # ``--version``/``--help`` do not load the compiled kernel, NumPy or Numba.
 _EXPORTS = {
-    "aflite": "algorithm", "AFLiteResult": "algorithm", "PhaseRecord": "algorithm",
-    "LOSS_NAMES": "_loss_names",
-    "predictability": "scoring", "PredictabilityResult": "scoring",
-    "AFLite": "estimators", "RobustLogisticRegression": "estimators",
-    "oof_predict_proba": "oof",
-    "AuditResult": "label_issues", "LabelIssueResult": "label_issues",
-    "annealed_thresholds": "label_issues", "annealing_issues": "label_issues", "audit": "label_issues",
-    "filter_label_issues": "label_issues", "self_confidence_issues": "label_issues",
-    "UserLoss": "user_loss", "user_loss": "user_loss",
-    "filter_dataset": "hf", "open_embeddings": "data",
-    "evaluate_filter": "evaluation", "EvaluationResult": "evaluation",
-    "ChanceWarning": "chance", "ChanceCheck": "chance",
+    "aflite": "filtering.loop", "AFLiteResult": "filtering.loop", "PhaseRecord": "filtering.loop",
+    "LOSS_NAMES": "core.loss_names",
+    "predictability": "filtering.predictability", "PredictabilityResult": "filtering.predictability",
+    "AFLite": "filtering.estimators", "RobustLogisticRegression": "filtering.estimators",
+    "oof_predict_proba": "filtering.oof",
+    "AuditResult": "filtering.label_issues", "LabelIssueResult": "filtering.label_issues",
+    "annealed_thresholds": "filtering.label_issues", "annealing_issues": "filtering.label_issues",
+    "audit": "filtering.label_issues", "filter_label_issues": "filtering.label_issues",
+    "self_confidence_issues": "filtering.label_issues",
+    "UserLoss": "core.user_losses", "user_loss": "core.user_losses",
+    "filter_dataset": "filtering.hf_datasets", "open_embeddings": "io.inputs",
+    "evaluate_filter": "filtering.filter_evaluation", "EvaluationResult": "filtering.filter_evaluation",
+    "ChanceWarning": "filtering.chance", "ChanceCheck": "filtering.chance",
+}
+
+# Module paths that earlier versions documented, and the modules that hold them now.  They
+# keep importing (``from aflite_fast.synthetic import make_biased_circles``) through
+# :class:`_ModuleAliases`, which loads the module only when such a path is imported.
+_MODULE_ALIASES = {
+    "synthetic": "experiments.synthetic_data",
+    "multiple_choice": "phase.multiple_choice",
+    "eval_rows": "phase.evaluation_rows",
+    "distributed": "phase.dask_backend",
+    "groups": "phase.groups",
+    "losses": "core.losses",
+    "degenerate": "core.degenerate",
+    "oof": "filtering.oof",
+    "label_issues": "filtering.label_issues",
+    "evaluation": "filtering.filter_evaluation",
+    "algorithm": "filtering.loop",
+    "scoring": "filtering.predictability",
+    "null": "filtering.null",
+    "chance": "filtering.chance",
+    "checkpoint": "filtering.checkpoint",
+    "estimators": "filtering.estimators",
+    "hf": "filtering.hf_datasets",
+    "data": "io.inputs",
+    "report": "cli._figure",
 }
 
 __all__ = ["aflite", "AFLiteResult", "PhaseRecord", "predictability", "PredictabilityResult",
@@ -60,8 +86,10 @@ def __getattr__(name):
 
     if name in _EXPORTS:
         value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    elif name in _MODULE_ALIASES:
+        value = importlib.import_module(f"{__name__}.{name}")
     else:
-        # submodules as attributes (``aflite_fast.synthetic``), as after an eager import
+        # submodules as attributes (``aflite_fast.io``), as after an eager import
         try:
             value = importlib.import_module(f"{__name__}.{name}")
         except ModuleNotFoundError as exc:
@@ -76,16 +104,35 @@ def __dir__():
     return sorted(set(globals()) | set(__all__))
 
 
-class _Package(_types.ModuleType):
-    """The package module.  Importing the submodule ``aflite_fast.user_loss`` binds it as the
-    package attribute ``user_loss``; the public name is the decorator of that module, as it
-    was when this file imported everything eagerly."""
+class _ModuleAliases:
+    """Import hook: ``aflite_fast.<old path>`` gives the module that holds it now.
 
-    def __setattr__(self, name, value):
-        if (isinstance(value, _types.ModuleType) and name in _EXPORTS
-                and value.__name__ == f"{__name__}.{name}"):
-            value = getattr(value, name)
-        super().__setattr__(name, value)
+    The alias is the module object itself (``aflite_fast.synthetic is
+    aflite_fast.experiments.synthetic_data``), so a name patched or read through either path is
+    the same name.  The module's own ``__spec__`` is restored after the import machinery sets the
+    alias's, so it still reports where it lives.
+    """
+
+    @classmethod
+    def find_spec(cls, fullname, path=None, target=None):
+        prefix, _, name = fullname.rpartition(".")
+        if prefix != __name__ or name not in _MODULE_ALIASES:
+            return None
+        from importlib.machinery import ModuleSpec
+
+        return ModuleSpec(fullname, cls, loader_state={})
+
+    @staticmethod
+    def create_module(spec):
+        import importlib
+
+        module = importlib.import_module(f"{__name__}.{_MODULE_ALIASES[spec.name.rpartition('.')[2]]}")
+        spec.loader_state["spec"] = module.__spec__
+        return module
+
+    @staticmethod
+    def exec_module(module):
+        module.__spec__ = module.__spec__.loader_state["spec"]
 
 
-_sys.modules[__name__].__class__ = _Package
+_sys.meta_path.append(_ModuleAliases)

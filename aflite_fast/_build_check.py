@@ -40,7 +40,7 @@ def installed_elsewhere(here):
     if spec is None or not spec.submodule_search_locations:
         return None
     for folder in spec.submodule_search_locations:
-        if any(glob.glob(os.path.join(folder, "_kernel" + suffix))
+        if any(glob.glob(os.path.join(folder, "core", "_kernel" + suffix))
                for suffix in importlib.machinery.EXTENSION_SUFFIXES):
             return folder
     return None

@@ -2,7 +2,7 @@
 
 Each block of partitions trains on one worker after the union of its training rows is cut from
 the chunks where they live and sent there; prediction sends the weights out and the counts
-back.  The package's Dask backend (``aflite_fast.distributed.score_phase_dask``) instead keeps
+back.  The package's Dask backend (``aflite_fast.phase.dask_backend.score_phase_dask``) instead keeps
 every row where it is and adds per-worker partial sums each solver round; this module is the
 design it replaced, so that the benchmark can measure both on the same cluster.  Results are
 bitwise the local engine's.
@@ -12,15 +12,20 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from aflite_fast import engine, kernel
-from aflite_fast._rows import membership_matrix
-from aflite_fast.data import gather_rows
-from aflite_fast.distributed import _stack, _worker_threads, phase_arguments
+from aflite_fast.core import preconditioning
+from aflite_fast.phase import plan
+from aflite_fast.phase import scores
+from aflite_fast.core import layout
+from aflite_fast.core import prediction
+from aflite_fast.core import solver
+from aflite_fast.io.rows import membership_matrix
+from aflite_fast.io.inputs import gather_rows
+from aflite_fast.phase.dask_backend import _stack, _worker_threads, phase_arguments
 
 
 @dataclass
-class GatherPhaseScores(engine.PhaseScores):
-    """:class:`aflite_fast.engine.PhaseScores` plus ``bytes_moved`` (``train_rows``,
+class GatherPhaseScores(scores.PhaseScores):
+    """:class:`aflite_fast.phase.scores.PhaseScores` plus ``bytes_moved`` (``train_rows``,
     ``train_rows_remote``, ``precond_rows``, ``train_inputs``, ``coef_back``,
     ``weights_broadcast``, ``predict_inputs``, ``counts_back``, ``center_broadcast``,
     ``total``)."""
@@ -32,8 +37,8 @@ def _train_task(center, positions, leaves, codes, member, coef, n_classes, C, lo
                 *pieces):
     raw = _stack(pieces)
     Xa = gather_rows(raw, np.arange(raw.shape[0]), center,
-                     kernel.empty_rows(raw.shape[0], raw.shape[1] + 1))
-    coef, info = kernel.train_models(Xa, codes, member, n_classes, C=C, loss=loss, coef=coef,
+                     layout.empty_rows(raw.shape[0], raw.shape[1] + 1))
+    coef, info = solver.train_models(Xa, codes, member, n_classes, C=C, loss=loss, coef=coef,
                                      positions=positions, precond=precond, options=options,
                                      n_threads=_worker_threads(n_threads), leaves=leaves)
     return coef, info["n_iter"], info["status"]
@@ -41,12 +46,12 @@ def _train_task(center, positions, leaves, codes, member, coef, n_classes, C, lo
 
 def _predict_task(chunk, W, local, codes, heldout, center, n_classes, want_proba, n_threads):
     n = local.size
-    Xa = gather_rows(chunk, local, center, kernel.empty_rows(n, chunk.shape[1] + 1))
+    Xa = gather_rows(chunk, local, center, layout.empty_rows(n, chunk.shape[1] + 1))
     seen = np.zeros(n, dtype=np.int32)
     correct = np.zeros(n, dtype=np.int32)
     prob_label = np.zeros(n, dtype=np.float64)
     proba = np.zeros((n, n_classes), dtype=np.float64) if want_proba else None
-    kernel.predict_accumulate(Xa, codes, heldout, W, n_classes, seen, correct, prob_label, proba,
+    prediction.predict_accumulate(Xa, codes, heldout, W, n_classes, seen, correct, prob_label, proba,
                               _worker_threads(n_threads))
     return seen, correct, prob_label, proba
 
@@ -67,14 +72,14 @@ def _split_blocks(blocks, min_blocks):
 def score_phase_gather(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="ce",
                      loss_params=None, options=None, max_memory=None, n_threads=None,
                      warm_coef=None, proba_sum=None, on_block=None, client=None, min_blocks=None):
-    """``engine.score_phase`` on a dask cluster: the same PhaseScores, bitwise.
+    """``_local.score_phase`` on a dask cluster: the same PhaseScores, bitwise.
 
     Parameters
     ----------
     X : DaskEmbeddings, or anything :func:`as_dask_array` takes (then put on the cluster for
         this call only; pass a DaskEmbeddings to keep the chunks between phases)
     codes, active, center, train_pos, n_classes, C, loss, loss_params, options, warm_coef :
-        as in :func:`aflite_fast.engine.score_phase`
+        as in :func:`aflite_fast.phase.local.score_phase`
     max_memory : int or str, optional
         Budget of one worker's training scratch (blocks of partitions are planned with it as
         in the local engine).
@@ -103,12 +108,12 @@ def score_phase_gather(X, codes, active, center, train_pos, *, n_classes, C=1.0,
     if min_blocks is None:
         min_blocks = max(1, len(client.nthreads()))
     member = membership_matrix(train_pos, n_active, np.empty((n_active, m), dtype=np.uint8))
-    blocks = _split_blocks(engine.plan_blocks(member, budget, d, n_classes, options.history), min_blocks)
+    blocks = _split_blocks(plan.plan_blocks(member, budget, d, n_classes, options.history), min_blocks)
     coef = (np.zeros((m, D, n_classes)) if warm_coef is None else np.array(warm_coef, dtype=np.float64))
     n_iter = np.zeros(m, dtype=np.int32)
     status = np.zeros(m, dtype=np.int32)
-    Ck = engine.kernel_C(C, n_classes)
-    group_rows = kernel.reduction_group_rows(X.shape[0])
+    Ck = plan.kernel_C(C, n_classes)
+    group_rows = layout.reduction_group_rows(X.shape[0])
     moved = dict.fromkeys(["train_rows", "train_rows_remote", "precond_rows", "train_inputs", "coef_back",
                            "weights_broadcast", "predict_inputs", "counts_back"], 0)
     t0 = time.perf_counter()
@@ -123,10 +128,10 @@ def score_phase_gather(X, codes, active, center, train_pos, *, n_classes, C=1.0,
             return gather_rows(raw, np.arange(rows.size), center,
                                np.empty((rows.size, D), dtype=np.float32))
 
-        form = kernel.preconditioner_forms(n_active, D)[0]
-        precond = engine.phase_preconditioner(read_rows, active, d, n_classes, Ck,
+        form = preconditioning.preconditioner_forms(n_active, D)[0]
+        precond = preconditioning.phase_preconditioner(read_rows, active, d, n_classes, Ck,
                                               train_pos.shape[1], _worker_threads(n_threads), form=form)
-        moved["precond_rows"] = int(kernel.preconditioner_sample(n_active, D, form).size) * d * item
+        moved["precond_rows"] = int(preconditioning.preconditioner_sample(n_active, D, form).size) * d * item
     precond_f = None if precond is None else client.scatter(precond, broadcast=True, hash=False)
     jobs = []
     for block in blocks:
@@ -157,7 +162,7 @@ def score_phase_gather(X, codes, active, center, train_pos, *, n_classes, C=1.0,
             on_block()
     del jobs
     t1 = time.perf_counter()
-    W = kernel.stack_weights(coef)
+    W = prediction.stack_weights(coef)
     n_workers = max(1, len(client.nthreads()))
     W_f = client.scatter(W, broadcast=True, hash=False)
     moved["weights_broadcast"] = W.nbytes * n_workers

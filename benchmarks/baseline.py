@@ -56,20 +56,20 @@ def numpy_partition_sampler(random_state=0):
 def package_partition_sampler(random_state, n_partitions):
     """The package's own partition sampling, as ``train_positions(phase, j, n_active, t)``.
 
-    Wraps ``aflite_fast.engine.partition_train_positions`` (partition j of phase p drawn from
+    Wraps ``aflite_fast.phase.partitions.partition_train_positions`` (partition j of phase p drawn from
     ``SeedSequence(entropy, spawn_key=(p, j))``) so that the baseline trains on exactly the rows
     the package trains on. One phase's partitions are drawn once and cached.
     """
-    from aflite_fast import engine
+    from aflite_fast.phase import partitions
 
-    entropy = engine.seed_entropy(random_state)
+    entropy = partitions.seed_entropy(random_state)
     cache = {}
 
     def train_positions(phase, j, n_active, train_size):
         key = (phase, n_active, train_size)
         if key not in cache:
             cache.clear()
-            cache[key] = engine.partition_train_positions(
+            cache[key] = partitions.partition_train_positions(
                 entropy, phase, n_active, train_size, n_partitions)
         return cache[key][j]
 

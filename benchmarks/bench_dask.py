@@ -3,7 +3,7 @@
 The Dask backend's benchmark.  Skewed, embedding-like data (``skewed_data.py``) of N x d float32 is
 written once to a ``.npy`` file; then, in one run:
 
-a. local: ``engine.score_phase`` on the memory-mapped file (page cache warm), ``--threads``
+a. local: ``_local.score_phase`` on the memory-mapped file (page cache warm), ``--threads``
    kernel threads;
 b. dask, data-parallel (the backend): a ``LocalCluster`` of ``--workers`` processes with one
    thread each loads its rows from the file (``DaskEmbeddings``: whole reduction groups per
@@ -42,10 +42,14 @@ sys.path.insert(0, HERE)
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (HERE, os.environ.get("PYTHONPATH")) if p)
 from skewed_data import make_skewed_embeddings  # noqa: E402
 
-from aflite_fast import engine, kernel  # noqa: E402
-from aflite_fast.data import encode_labels, scan_rows  # noqa: E402
-from aflite_fast.distributed import DaskEmbeddings, scan_rows_dask, score_phase_dask  # noqa: E402
-from aflite_fast.kernel import SolverOptions  # noqa: E402
+from aflite_fast.phase import local as _local
+from aflite_fast.phase import partitions
+from aflite_fast.core import layout
+from aflite_fast.core import preconditioning
+from aflite_fast.core import solver
+from aflite_fast.io.inputs import encode_labels, scan_rows
+from aflite_fast.phase.dask_backend import DaskEmbeddings, scan_rows_dask, score_phase_dask
+from aflite_fast.core.solver import SolverOptions
 
 
 def _cpu_seconds():
@@ -70,13 +74,13 @@ def projection(res, t_measured, d_measured, workers_measured, n_classes, m, *, n
     workers_measured workers): the same rounds and evaluations per model, one partial sum
     per worker and round, the member pass at the measured rate, the measured per-round
     overhead, and the rounds' bytes at ``bandwidth`` bytes/s."""
-    Dp = kernel._kernel.member_width(d + 1)
+    Dp = solver._kernel.member_width(d + 1)
     evaluated = int(res.n_eval.sum())
     rounds = res.rounds
-    nodes = workers if kernel.REDUCE_LEAVES % workers == 0 else 2 * workers  # whole subtrees per worker
+    nodes = workers if layout.REDUCE_LEAVES % workers == 0 else 2 * workers  # whole subtrees per worker
     round_bytes = (workers * evaluated * (8 + 8 + n_classes * Dp * 4)      # indices, scales, weights out
                    + nodes * evaluated * (n_classes * Dp + 1) * 8 + rounds * nodes * 16)  # sums back
-    precond = kernel.preconditioner_sample(n, d + 1).size * (d + 1) * 4
+    precond = preconditioning.preconditioner_sample(n, d + 1).size * (d + 1) * 4
     other = (n * (m / 8 + 1 + 1 / 8)                  # member bits, labels, active mask
              + workers * (d + 1) * m * n_classes * 4  # prediction weights
              + n * (1 + 1 + 8) + precond)             # counts back, the preconditioner's sample
@@ -143,7 +147,7 @@ def main(argv=None):
     n_classes = int(codes.max()) + 1 if K == 1 else K
     active = np.arange(args.n, dtype=np.int64)
     t = int(round(args.t_frac * args.n))
-    train_pos = engine.partition_train_positions(args.seed, 0, args.n, t, args.m)
+    train_pos = partitions.partition_train_positions(args.seed, 0, args.n, t, args.m)
     options = SolverOptions()
     common = dict(n_classes=n_classes, C=args.C, options=options)
     if K > 1:
@@ -153,14 +157,14 @@ def main(argv=None):
     if not args.skip_local:
         # warm-up (thread pools) so that the timed local phase is compute only
         small = np.arange(min(args.n, 4000), dtype=np.int64)
-        engine.score_phase(X, codes, small, np.zeros(args.d, np.float32),
-                           engine.partition_train_positions(args.seed, 1, small.size, small.size // 2, 2),
+        _local.score_phase(X, codes, small, np.zeros(args.d, np.float32),
+                           partitions.partition_train_positions(args.seed, 1, small.size, small.size // 2, 2),
                            n_classes=n_classes, options=SolverOptions(max_iter=5), n_threads=args.threads,
                            **({} if K == 1 else dict(position_bias=args.position_bias)))
         center = scan_rows(X.reshape(-1, args.d)).astype(np.float32)
         load_before = os.getloadavg()[0]
         t0 = time.perf_counter()
-        local = engine.score_phase(X, codes, active, center, train_pos, n_threads=args.threads, **common)
+        local = _local.score_phase(X, codes, active, center, train_pos, n_threads=args.threads, **common)
         t_local = time.perf_counter() - t0
         load_local = (load_before, os.getloadavg()[0])
         print(f"local phase {t_local:.2f} s ({local.seconds}); evaluations per model "

@@ -63,7 +63,7 @@ def main(argv=None):
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import StratifiedKFold, cross_val_predict
 
-    from aflite_fast.oof import oof_run
+    from aflite_fast.filtering.oof import oof_run
 
     (X, y), source = make_data(args.n, args.d, args.classes, args.seed)
     folds = list(StratifiedKFold(args.folds, shuffle=True, random_state=args.seed).split(X, y))

@@ -33,7 +33,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from member_rate import member_layout, member_seconds  # noqa: E402
 from skewed_data import make_skewed_embeddings  # noqa: E402
 
-from aflite_fast import engine, kernel  # noqa: E402
+from aflite_fast.phase import local
+from aflite_fast.phase import partitions
+from aflite_fast.core import layout
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -171,18 +173,18 @@ def main(argv=None):
         X = X.astype(np.float32)
         codes = y.astype(np.int32)
         center = X.mean(axis=0).astype(np.float32)
-        Xa = kernel.augment_rows(X, center)
+        Xa = layout.augment_rows(X, center)
         Xb = from_bf16(to_bf16(X))  # the rows as bf16 storage holds them
         active = np.arange(a.n, dtype=np.int64)
         rows_out = []
         for share in a.shares:
             t = int(round(share * a.n))
-            train_pos = engine.partition_train_positions(0, 0, a.n, t, a.m)
+            train_pos = partitions.partition_train_positions(0, 0, a.n, t, a.m)
             k = kernel_ratios(lib, Xa, train_pos, a.classes, a.repeat)
             t0 = time.perf_counter()
-            ph = engine.score_phase(X, codes, active, center, train_pos, n_classes=a.classes, n_threads=1)
+            ph = local.score_phase(X, codes, active, center, train_pos, n_classes=a.classes, n_threads=1)
             phase = time.perf_counter() - t0
-            phb = engine.score_phase(Xb, codes, active, center, train_pos, n_classes=a.classes, n_threads=1)
+            phb = local.score_phase(Xb, codes, active, center, train_pos, n_classes=a.classes, n_threads=1)
             member = package_member_seconds(Xa, codes, train_pos, a.classes, a.repeat)
             sec = ph.seconds
             member_total = float(ph.n_eval.mean()) * member
@@ -195,7 +197,7 @@ def main(argv=None):
             ideal_phase = rest + (member_total + sec["predict"]) / 2
             # agreement: weights rounded to bf16 too for the bf16 predictions
             pred32, held = heldout_argmax(Xa, ph.coef, train_pos)
-            Xab = kernel.augment_rows(Xb, center)
+            Xab = layout.augment_rows(Xb, center)
             coef_b = from_bf16(to_bf16(phb.coef.astype(np.float32)))
             pred16, _ = heldout_argmax(Xab, coef_b, train_pos)
             per_pred = float((pred32 == pred16)[held].mean())

@@ -39,7 +39,7 @@ sys.path.insert(0, sys.argv[1]); sys.path.insert(1, sys.argv[2])
 import numpy as np
 import multiple_choice_speed as ms
 from aflite_fast import engine
-from aflite_fast.data import scan_rows
+from aflite_fast.io.inputs import scan_rows
 share, (n, K, d) = float(sys.argv[3]), (50000, 4, 768)
 X, y = ms.cached_items(n, K, d)
 center = scan_rows(X.reshape(n * K, d)).astype(np.float32)

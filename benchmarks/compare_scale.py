@@ -5,8 +5,8 @@ For N in {100000, 200000} rows of skewed, embedding-like data (``skewed_data.py`
 and training shares t/N in {0.5, 0.1} (SNLI runs at about 0.09), one phase of m=64 partitions
 is timed in ONE run:
 
-a. ours: ``engine.score_phase`` (what ``aflite_fast.predictability`` and every phase of
-   ``aflite`` call) with an ``engine.Workspace`` kept between the repeats, as the phases of an
+a. ours: ``local.score_phase`` (what ``aflite_fast.predictability`` and every phase of
+   ``aflite`` call) with an ``gather.Workspace`` kept between the repeats, as the phases of an
    ``aflite`` run keep it (the first repeat allocates the row buffer, like a run's first
    phase); ``--repeat`` times, median;
 b. scikit-learn tuned (``baseline.tuned_phase``): what a skilled user sets up: float32 rows,
@@ -48,8 +48,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from baseline import baseline_phase, package_partition_sampler, tuned_phase  # noqa: E402
 from skewed_data import make_skewed_embeddings  # noqa: E402
 
-from aflite_fast import _kernel, engine, kernel  # noqa: E402
-from aflite_fast.data import scan_rows  # noqa: E402
+from aflite_fast.core import _kernel
+from aflite_fast.phase import gather
+from aflite_fast.phase import local
+from aflite_fast.phase import partitions
+from aflite_fast.core import layout
+from aflite_fast.io.inputs import scan_rows
 
 #: Where the generated data is kept between runs (git-ignored beside this script unless the
 #: environment variable AFLITE_BENCH_CACHE names another folder).
@@ -74,7 +78,7 @@ def gemm_rate(n, D, N, threads, repeat=3):
     A = rng.standard_normal((n, D), dtype=np.float32)
     B = rng.standard_normal((D, N), dtype=np.float32)
     C = np.empty((n, N), np.float32)
-    kb = kernel.block_bounds(D, kernel.COL_BLOCK)
+    kb = layout.block_bounds(D, layout.COL_BLOCK)
     flops = 2.0 * n * D * N
     ours = blas = 0.0
     with threadpool_limits(threads):
@@ -91,7 +95,7 @@ def gemm_rate(n, D, N, threads, repeat=3):
 def ours_phase(X, y, center, train_pos, threads, workspace=None, n_classes=3):
     n = X.shape[0]
     t0 = time.perf_counter()
-    res = engine.score_phase(X, y.astype(np.int32), np.arange(n, dtype=np.int64), center, train_pos,
+    res = local.score_phase(X, y.astype(np.int32), np.arange(n, dtype=np.int64), center, train_pos,
                              n_classes=n_classes, n_threads=threads, workspace=workspace)
     return time.perf_counter() - t0, res
 
@@ -126,16 +130,16 @@ def main(argv=None):
         rate = max(rate_ours, rate_blas)
         print(f"# N={n}: GEMM (N x {D}) @ ({D} x {m * C}): ours {rate_ours:.0f} GF/s, "
               f"OpenBLAS {rate_blas:.0f} GF/s", flush=True)
-        ours_phase(X[:2000], y[:2000], center, engine.partition_train_positions(0, 0, 2000, 500, 2),
+        ours_phase(X[:2000], y[:2000], center, partitions.partition_train_positions(0, 0, 2000, 500, 2),
                    a.threads, n_classes=C)  # warm up lazily compiled helpers
         tuned_phase(X[:2000], y[:2000], np.arange(2000), package_partition_sampler(0, 2), n_partitions=2,
                     train_size=500, n_classes=C, n_jobs=a.threads)  # start the worker processes
         for share in a.shares:
             t = int(round(share * n))
-            train_pos = engine.partition_train_positions(0, 0, n, t, m)
+            train_pos = partitions.partition_train_positions(0, 0, n, t, m)
             ours, skl, naive = [], [], []
             res = None
-            workspace = engine.Workspace()
+            workspace = gather.Workspace()
             for r in range(a.repeat):
                 s, res = ours_phase(X, y, center, train_pos, a.threads, workspace, C)
                 ours.append(s)

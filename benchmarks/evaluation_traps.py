@@ -26,8 +26,8 @@ from collections import Counter
 import numpy as np
 
 from aflite_fast import aflite, evaluate_filter
-from aflite_fast.chance import ChanceWarning
-from aflite_fast.synthetic import make_biased_circles
+from aflite_fast.filtering.chance import ChanceWarning
+from aflite_fast.experiments.synthetic_data import make_biased_circles
 
 SETTINGS = dict(target_size=3000, train_size=0.5, slice_size=400, progress=False)
 

@@ -1,6 +1,6 @@
 """L-BFGS iterations per model with and without the solver's preconditioner, at the same optimum.
 
-Solver iterations with and without the preconditioner: one AFLite phase (``engine.score_phase``, the package's own
+Solver iterations with and without the preconditioner: one AFLite phase (``local.score_phase``, the package's own
 partitions) on each data set, once with ``SolverOptions(precondition=False)`` (H0 = identity,
 the solver before the preconditioner) and once with the default preconditioner.  Printed per
 data set: mean / max iterations of the partitions' models, the largest relative difference of
@@ -14,7 +14,7 @@ at t/N = 0.5 and 0.1; scikit-learn's digits (1797 x 64, 10 classes); Fashion-MNI
 ``dataset-fashion-mnist`` is installed (``apt-get install dataset-fashion-mnist``).
 
 ``--diagonal`` adds a third run with the preconditioner's diagonal form (the form used above
-``kernel.DENSE_MAX_COLUMNS``), to show where the dense form earns its cost; ``--d 4096`` runs
+``preconditioning.DENSE_MAX_COLUMNS``), to show where the dense form earns its cost; ``--d 4096`` runs
 the skewed data at that width (``--only-skewed`` skips the other data sets).
 
     PYTHONPATH=. python benchmarks/iterations.py [--quick] [--threads 2] [--json out.json]
@@ -32,9 +32,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from skewed_data import make_skewed_embeddings  # noqa: E402
 
-from aflite_fast import engine, kernel  # noqa: E402
-from aflite_fast.data import encode_labels, scan_rows  # noqa: E402
-from aflite_fast.kernel import SolverOptions  # noqa: E402
+from aflite_fast.phase import local
+from aflite_fast.phase import partitions
+from aflite_fast.phase import plan
+from aflite_fast.core import preconditioning
+from aflite_fast.io.inputs import encode_labels, scan_rows
+from aflite_fast.core.solver import SolverOptions
 
 
 def datasets(quick, d=None, only_skewed=False):
@@ -58,18 +61,18 @@ def datasets(quick, d=None, only_skewed=False):
 def one_phase(X, y, t, m, precondition, threads, form=None):
     """One phase; ``form`` forces the preconditioner's form (default: the engine's choice)."""
     if form is not None:
-        real = kernel.preconditioner_forms
-        kernel.preconditioner_forms = lambda *a, **k: [form, "none"]
+        real = preconditioning.preconditioner_forms
+        preconditioning.preconditioner_forms = lambda *a, **k: [form, "none"]
         try:
             return one_phase(X, y, t, m, precondition, threads)
         finally:
-            kernel.preconditioner_forms = real
+            preconditioning.preconditioner_forms = real
     labels = encode_labels(y, X.shape[0])
     center = scan_rows(X).astype(np.float32)
     active = np.arange(X.shape[0], dtype=np.int64)
-    train_pos = engine.partition_train_positions(0, 0, X.shape[0], t, m)
+    train_pos = partitions.partition_train_positions(0, 0, X.shape[0], t, m)
     start = time.perf_counter()
-    res = engine.score_phase(X, labels.codes, active, center, train_pos, n_classes=labels.n_classes,
+    res = local.score_phase(X, labels.codes, active, center, train_pos, n_classes=labels.n_classes,
                              options=SolverOptions(precondition=precondition), n_threads=threads)
     return res, time.perf_counter() - start
 
@@ -78,9 +81,9 @@ def objectives(X, y, res, t, m):
     """Each model's objective (mean CE over its rows + L2), in float64, from its coefficients."""
     labels = encode_labels(y, X.shape[0])
     C = labels.n_classes
-    Ck = engine.kernel_C(1.0, C)
+    Ck = plan.kernel_C(1.0, C)
     Xc = np.asarray(X, np.float64) - scan_rows(X)
-    train_pos = engine.partition_train_positions(0, 0, X.shape[0], t, m)
+    train_pos = partitions.partition_train_positions(0, 0, X.shape[0], t, m)
     out = []
     for j in range(m):
         rows = train_pos[j]

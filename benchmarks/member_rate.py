@@ -13,17 +13,20 @@ import time
 
 import numpy as np
 
-from aflite_fast import _kernel, engine, kernel
-from aflite_fast._rows import membership_matrix
-from aflite_fast.losses import resolve_loss
+from aflite_fast.core import _kernel
+from aflite_fast.phase import partitions
+from aflite_fast.core import layout
+from aflite_fast.core import solver
+from aflite_fast.io.rows import membership_matrix
+from aflite_fast.core.losses import resolve_loss
 
 
 def member_inputs(n, d, C, m, share, seed=0):
     rng = np.random.default_rng(seed)
-    X = kernel.augment_rows(rng.standard_normal((n, d), dtype=np.float32))
+    X = layout.augment_rows(rng.standard_normal((n, d), dtype=np.float32))
     y = rng.integers(0, C, n).astype(np.int32)
     t = int(round(share * n))
-    train_pos = engine.partition_train_positions(seed, 0, n, t, m)
+    train_pos = partitions.partition_train_positions(seed, 0, n, t, m)
     return member_layout(X, y, train_pos, C, rng)
 
 
@@ -35,8 +38,8 @@ def member_layout(Xa, y, train_pos, C, rng):
     m, t = train_pos.shape
     member = membership_matrix(train_pos, n, np.empty((n, m), dtype=np.uint8))
     positions = np.arange(n, dtype=np.int64)
-    rb = kernel.row_blocks_from_positions(positions)
-    sb = kernel.super_blocks(positions, rb, D)
+    rb = layout.row_blocks_from_positions(positions)
+    sb = layout.super_blocks(positions, rb, D)
     mptr = np.empty((m, rb.size), dtype=np.int64)
     mrows = np.empty(int(member.sum()), dtype=np.int32)
     _kernel.member_index(member, rb, mptr, mrows)
@@ -60,7 +63,7 @@ def member_seconds(inputs, C, threads, repeat):
 
 def tree_seconds(inputs, C, threads, repeat):
     """Seconds of one member pass summed through the reduction tree, as the engine sums its
-    classification passes (``kernel.MemberRows``: leaves of ``reduction_group_rows(n)`` rows)."""
+    classification passes (``solver.MemberRows``: leaves of ``reduction_group_rows(n)`` rows)."""
     X, y, mptr, mrows, rb, sb, W, t = inputs
     n = X.shape[0]
     m, Dp = W.shape[0], W.shape[2]
@@ -68,8 +71,8 @@ def tree_seconds(inputs, C, threads, repeat):
     for j in range(m):
         member[mrows[mptr[j, 0]:mptr[j, -1]], j] = 1
     positions = np.arange(n, dtype=np.int64)
-    leaves = positions // kernel.reduction_group_rows(n)
-    rows = kernel.MemberRows(X, y, member, positions, leaves)
+    leaves = positions // layout.reduction_group_rows(n)
+    rows = solver.MemberRows(X, y, member, positions, leaves)
     models = np.arange(m, dtype=np.int64)
     scale = np.full(m, 1.0 / t)
     loss = resolve_loss("ce", None, C)
@@ -104,7 +107,7 @@ def main(argv=None):
         for th in a.threads:
             s = (tree_seconds if a.layout == "tree" else member_seconds)(inputs, C, th, a.repeat)
             g0 = time.perf_counter()
-            _kernel.sgemm(False, A, B, Z, kernel.block_bounds(D, kernel.COL_BLOCK), False, th)
+            _kernel.sgemm(False, A, B, Z, layout.block_bounds(D, layout.COL_BLOCK), False, th)
             g = 2.0 * 20000 * D * a.m * C / (time.perf_counter() - g0) / 1e9
             print(f"n={a.n} d={a.d} C={C} m={a.m} t/N={share} threads={th}: {s * 1e3:.1f} ms per pass, "
                   f"{flops / s / 1e9:.1f} GF/s ({flops / s / 1e9 / th:.1f} per thread); GEMM {g:.0f} GF/s",

@@ -5,8 +5,8 @@ N items of K candidates (default N = 50000, K = 4, d = 768), m = 64 partitions, 
 candidate part, power-law feature scales, a shared offset), the right candidate shifted along
 a random direction.  Timed in ONE run, interleaved:
 
-a. ours: ``engine.score_phase`` on the (N, K, d) array (what ``predictability`` and every
-   phase of ``aflite`` call for multiple-choice X), an ``engine.Workspace`` kept between the
+a. ours: ``local.score_phase`` on the (N, K, d) array (what ``predictability`` and every
+   phase of ``aflite`` call for multiple-choice X), an ``gather.Workspace`` kept between the
    repeats as a run's phases keep it; ``--repeat`` times, median;
 b. the public implementations' way: one linear scorer per partition trained after another in
    a Python loop, here with ``scipy.optimize.minimize(method="L-BFGS-B")`` on the same
@@ -46,8 +46,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from compare_scale import gemm_rate  # noqa: E402
 
-from aflite_fast import engine  # noqa: E402
-from aflite_fast.data import scan_rows  # noqa: E402
+from aflite_fast.phase import gather
+from aflite_fast.phase import local
+from aflite_fast.phase import partitions
+from aflite_fast.io.inputs import scan_rows
 
 CACHE = Path(os.environ.get("AFLITE_BENCH_CACHE", Path(__file__).resolve().parent / "_cache"))
 
@@ -168,13 +170,13 @@ def main(argv=None):
     rows = []
     for share in a.shares:
         t = int(round(share * n))
-        train_pos = engine.partition_train_positions(0, 0, n, t, m)
-        workspace = engine.Workspace()
+        train_pos = partitions.partition_train_positions(0, 0, n, t, m)
+        workspace = gather.Workspace()
         ours, loop64, loop32 = [], [], []
         res = None
         for r in range(a.repeat):
             t0 = time.perf_counter()
-            res = engine.score_phase(X, codes, active, center, train_pos, n_classes=K, n_threads=a.threads,
+            res = local.score_phase(X, codes, active, center, train_pos, n_classes=K, n_threads=a.threads,
                                      workspace=workspace)
             ours.append(time.perf_counter() - t0)
             print(f"# t/N={share}: ours {ours[-1]:.2f} s (train {res.seconds['train']:.2f}, predict "

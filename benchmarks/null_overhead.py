@@ -5,7 +5,7 @@ m=64, t=10000), run AFLite for ``--phases`` phases without the null and with one
 permutation per phase (``n_null=1``), interleaved for ``--repeat`` rounds, and print per
 phase the median seconds of both, their ratio, and the L-BFGS iterations of the observed
 models (warm-started from the second phase on) and of the null's (always cold-started).
-Every ``engine.score_phase`` call is timed by wrapping it, so the split between the observed
+Every ``local.score_phase`` call is timed by wrapping it, so the split between the observed
 and the null models is exact.  The observed results of both runs are checked to be equal.
 
 Rerun it after a kernel or solver change; the numbers of RESULTS.md came from::
@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from skewed_data import make_skewed_embeddings  # noqa: E402
 
 import aflite_fast  # noqa: E402
-from aflite_fast import engine  # noqa: E402
+from aflite_fast.phase import local
 
 
 def _parse(argv=None):
@@ -47,7 +47,7 @@ def _parse(argv=None):
 
 def _timed_run(X, y, a, null):
     """One AFLite run; per ``score_phase`` call: (phase, is_null, seconds, mean iterations)."""
-    calls, real = [], engine.score_phase
+    calls, real = [], local.score_phase
     per_phase = 1 + (1 if null else 0)
 
     def timed(*args, **kw):
@@ -57,14 +57,14 @@ def _timed_run(X, y, a, null):
                       float(res.n_iter.mean())))
         return res
 
-    engine.score_phase = timed
+    local.score_phase = timed
     try:
         result = aflite_fast.aflite(
             X, y, target_size=a.n - a.phases * a.slice_size, n_partitions=a.m, train_size=a.t,
             slice_size=a.slice_size, tau=0.0, random_state=a.seed, n_jobs=a.threads, progress=False,
             null="permutation" if null else None, n_null=1)
     finally:
-        engine.score_phase = real
+        local.score_phase = real
     return result, calls
 
 

@@ -15,7 +15,7 @@ c. Runs the filter command (``aflite_fast.cli.main(["filter", ...])``, what the
    - drops the page cache and times one sequential read of the file (before and after),
    - samples its anonymous memory (RssAnon of /proc/self/status) every 10 ms,
    - records each phase's seconds (training, prediction, and the reads of X inside them)
-     by wrapping ``engine.score_phase`` (results untouched).
+     by wrapping ``local.score_phase`` (results untouched).
 d. Prints a Markdown table and writes everything measured to a JSON file; deletes the
    big file unless ``--keep-file``.
 
@@ -267,7 +267,7 @@ class PeakAnonSampler:
 
 def child(args):
     sys.path.insert(0, ROOT)
-    from aflite_fast import engine
+    from aflite_fast.phase import local
     from aflite_fast.cli import main
 
     sampler = PeakAnonSampler()
@@ -281,7 +281,7 @@ def child(args):
     baseline_warm = rss_anon()
 
     phases = []
-    real = engine.score_phase
+    real = local.score_phase
 
     def spy(*a, **kw):
         t0 = time.perf_counter()
@@ -295,7 +295,7 @@ def child(args):
         print(f"phase {len(phases) - 1}: {json.dumps(phases[-1])}", file=sys.stderr, flush=True)
         return res
 
-    engine.score_phase = spy
+    local.score_phase = spy
     dropped = drop_caches()
     read_before = sequential_read(args.path)
     drop_caches()
@@ -328,7 +328,7 @@ def child(args):
 # ---------------------------------------------------------------------------- parent
 def parse_size(text):
     sys.path.insert(0, ROOT)
-    from aflite_fast._memory import parse_memory
+    from aflite_fast.runtime.memory import parse_memory
 
     return parse_memory(text)
 

@@ -25,8 +25,11 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from skewed_data import make_skewed_embeddings  # noqa: E402
 
-from aflite_fast import engine, kernel  # noqa: E402
-from aflite_fast.data import encode_labels, scan_rows  # noqa: E402
+from aflite_fast.phase import gather
+from aflite_fast.phase import local
+from aflite_fast.phase import partitions
+from aflite_fast.core import layout
+from aflite_fast.io.inputs import encode_labels, scan_rows
 
 
 def main(argv=None):
@@ -48,17 +51,17 @@ def main(argv=None):
         codes, n_classes = encode_labels(y).codes, 3
     active = np.arange(args.n, dtype=np.int64)
     center = scan_rows(X.reshape(-1, args.d)).astype(np.float32)
-    tp = engine.partition_train_positions(0, 0, args.n, int(args.t_frac * args.n), args.m)
-    ws = engine.Workspace()
-    engine.score_phase(X, codes, active, center, tp, n_classes=n_classes, n_threads=args.threads, workspace=ws)
+    tp = partitions.partition_train_positions(0, 0, args.n, int(args.t_frac * args.n), args.m)
+    ws = gather.Workspace()
+    local.score_phase(X, codes, active, center, tp, n_classes=n_classes, n_threads=args.threads, workspace=ws)
     seconds = {}
     print(f"N={args.n}{f' items x K={args.candidates}' if args.candidates > 1 else ''} d={args.d} m={args.m} "
           f"t/N={args.t_frac} threads={args.threads}; "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load {os.getloadavg()[0]:.2f}")
     for _ in range(args.repeats):
         for leaves in (64, 32, 1):
-            kernel.REDUCE_LEAVES = leaves
-            r = engine.score_phase(X, codes, active, center, tp, n_classes=n_classes, n_threads=args.threads,
+            layout.REDUCE_LEAVES = leaves
+            r = local.score_phase(X, codes, active, center, tp, n_classes=n_classes, n_threads=args.threads,
                                    workspace=ws)
             seconds.setdefault(leaves, []).append(
                 r.seconds["train"] - r.seconds["preconditioner"] - r.seconds["read_train"])

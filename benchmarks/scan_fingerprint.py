@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from aflite_fast.data import scan_rows
+from aflite_fast.io.inputs import scan_rows
 from aflite_fast.io.fingerprint import ContentHash
 
 

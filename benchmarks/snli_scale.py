@@ -5,7 +5,7 @@ variances: ``skewed_data.write_skewed_embeddings``), C = 3, m = 64 partitions, t
 training rows (t/N = 0.09), slice k = 10,000, target 180,000 rows, tau = 0.75.  The file is
 written once (chunk by chunk) to ``--path`` and opened by path, i.e. memory-mapped, never
 loaded whole.  Per phase the script records the engine's timings (training, prediction,
-reads of X, the preconditioner) by wrapping ``engine.score_phase`` (results untouched), and
+reads of X, the preconditioner) by wrapping ``local.score_phase`` (results untouched), and
 samples the process's anonymous memory (RssAnon) every 10 ms.
 
 ``--max-phases P`` stops after P phases (target size = N - P k) and the table then gives a
@@ -61,7 +61,9 @@ def main(argv=None):
               file=sys.stderr)
     y = np.load(labels_path)
 
-    from aflite_fast import aflite, algorithm, engine
+    from aflite_fast import aflite
+    from aflite_fast.filtering import loop
+    from aflite_fast.phase import local
 
     target = a.target_size
     if a.max_phases is not None:
@@ -69,7 +71,7 @@ def main(argv=None):
     sampler = PeakAnonSampler()
     base_anon = rss_anon()
     phases, chance_calls = [], []
-    real = engine.score_phase
+    real = local.score_phase
 
     def spy(*args, **kwargs):
         t0 = time.perf_counter()
@@ -85,9 +87,9 @@ def main(argv=None):
         print(f"phase {json.dumps(phases[-1])}", file=sys.stderr, flush=True)
         return res
 
-    engine.score_phase = spy
+    local.score_phase = spy
     scan_seconds = []
-    real_scan = algorithm.scan_rows
+    real_scan = loop.scan_rows
 
     def scan_spy(*args, **kwargs):
         s0 = time.perf_counter()
@@ -95,15 +97,15 @@ def main(argv=None):
         scan_seconds.append(time.perf_counter() - s0)
         return out
 
-    algorithm.scan_rows = scan_spy
+    loop.scan_rows = scan_spy
     t0 = time.perf_counter()
     res = aflite(str(path), y, target_size=target, n_partitions=a.partitions, train_size=a.train_size,
                  slice_size=a.slice_size, tau=a.tau, random_state=0, n_jobs=a.threads,
                  max_memory=a.max_memory, progress=False, chance_check=a.chance_check)
     total = time.perf_counter() - t0
     peak = sampler.stop()
-    engine.score_phase = real
-    algorithm.scan_rows = real_scan
+    local.score_phase = real
+    loop.scan_rows = real_scan
     # projection of the full run from the measured phases: seconds per active row
     full_phases = []
     n_active = a.rows

@@ -95,9 +95,10 @@ def forms(sizes, classes, threads, repeat):
     forced, both kinds of data (in this process: the fastest of ``repeat`` fits)."""
     import time
 
-    from aflite_fast import RobustLogisticRegression, kernel
+    from aflite_fast import RobustLogisticRegression
+    from aflite_fast.core import preconditioning
 
-    real = kernel.preconditioner_forms
+    real = preconditioning.preconditioner_forms
     print("| data | n x d | classes | form | seconds (best of %d) | iterations |" % repeat)
     print("|---|---|---:|---|---:|---:|")
     try:
@@ -107,7 +108,7 @@ def forms(sizes, classes, threads, repeat):
                 for k in classes:
                     X, y = make_wide(n, d, k, data, seed=[n, d, k])
                     for form in ("lowrank", "diagonal", "none"):
-                        kernel.preconditioner_forms = lambda *a, form=form: [form, "none"]
+                        preconditioning.preconditioner_forms = lambda *a, form=form: [form, "none"]
                         RobustLogisticRegression(n_jobs=threads).fit(X, y)
                         best = float("inf")
                         for _ in range(repeat):
@@ -116,7 +117,7 @@ def forms(sizes, classes, threads, repeat):
                             best = min(best, time.perf_counter() - t0)
                         print(f"| {data} | {n} x {d} | {k} | {form} | {best:.3f} | {model.n_iter_[0]} |", flush=True)
     finally:
-        kernel.preconditioner_forms = real
+        preconditioning.preconditioner_forms = real
 
 
 def run(n, d, n_classes, who, repeat, threads, data):

@@ -8,7 +8,7 @@ b. ``make_problem`` (the function ``skewed_problem``): random classification pro
    well defined and not separable.
 c. ``readonly_memmap``: writes an array to ``tmp_path`` and reopens it as a read-only
    ``np.memmap``, the first-class out-of-core input.
-d. ``small_reduction_groups``: reduction groups of 512 rows (``kernel.REDUCE_MIN_ROWS``)
+d. ``small_reduction_groups``: reduction groups of 512 rows (``layout.REDUCE_MIN_ROWS``)
    instead of the default 8192, so that the small X of a test still forms several groups and
    the tests of sums split among processes (Dask, the reduction tree) split them for real.
    Workers take the group size from the client, so the setting reaches them.
@@ -25,13 +25,14 @@ os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+from aflite_fast.core import layout
+from aflite_fast.phase import local
 
 
 @pytest.fixture
 def small_reduction_groups(monkeypatch):
     """Reduction groups of 512 rows for this test (see the module docstring, d)."""
-    from aflite_fast import kernel
-    monkeypatch.setattr(kernel, "REDUCE_MIN_ROWS", 512)
+    monkeypatch.setattr(layout, "REDUCE_MIN_ROWS", 512)
 
 
 @pytest.fixture
@@ -140,11 +141,10 @@ def output_files():
 
 @pytest.fixture
 def record_phases(monkeypatch):
-    """Wrap ``engine.score_phase`` (for this test): returns the list that receives
+    """Wrap ``local.score_phase`` (for this test): returns the list that receives
     ``(active, train_pos, seen)`` of every call."""
-    from aflite_fast import engine
 
-    real = engine.score_phase
+    real = local.score_phase
     calls = []
 
     def score_phase(X, codes, active, center, train_pos, **kw):
@@ -152,7 +152,7 @@ def record_phases(monkeypatch):
         calls.append((active.copy(), train_pos.copy(), res.seen.copy()))
         return res
 
-    monkeypatch.setattr(engine, "score_phase", score_phase)
+    monkeypatch.setattr(local, "score_phase", score_phase)
     return calls
 
 
@@ -162,10 +162,11 @@ def interrupted_run(monkeypatch):
     stopped by a KeyboardInterrupt as it starts ``phase`` (the checkpoint holds the phases
     before): the first scoring after the checkpoint saved ``phase`` phases is interrupted
     (counting saves, not scorings: phase 0 also scores the chance check's permutations)."""
-    from aflite_fast import aflite, checkpoint, engine
+    from aflite_fast import aflite
+    from aflite_fast.filtering import checkpoint
 
     def run_until(X, y, path, phase, **run):
-        real_score, real_save = engine.score_phase, checkpoint.Checkpoint.save
+        real_score, real_save = local.score_phase, checkpoint.Checkpoint.save
         saved = []
 
         def interrupt(*args, **kw):
@@ -178,7 +179,7 @@ def interrupted_run(monkeypatch):
             saved.append(1)
 
         with monkeypatch.context() as m:
-            m.setattr(engine, "score_phase", interrupt)
+            m.setattr(local, "score_phase", interrupt)
             m.setattr(checkpoint.Checkpoint, "save", save)
             with pytest.raises(KeyboardInterrupt):
                 aflite(X, y, checkpoint=path, **run)

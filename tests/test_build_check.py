@@ -17,11 +17,10 @@ def test_source_tree_without_kernel_names_both_copies_and_the_fixes(tmp_path, ch
     installed = os.path.dirname(os.path.abspath(aflite_fast.__file__))
     repo = tmp_path / "repo"
     shutil.copytree(installed, repo / "aflite_fast",
-                    ignore=lambda folder, names: [n for n in names if not n.endswith(".py") and n != "cli"
-                                                  and n != "io" and n != "experiments"])
-    assert not list((repo / "aflite_fast").glob("_kernel*.so"))
+                    ignore=lambda folder, names: [n for n in names if not n.endswith(".py") and n not in ("cli", "io", "experiments", "core", "phase", "filtering", "runtime")])
+    assert not list((repo / "aflite_fast").rglob("_kernel*.so"))
     env = {**child_process["env"], "PYTHONPATH": os.path.dirname(installed)}
-    code = "import aflite_fast.kernel"
+    code = "import aflite_fast.core.solver"
     proc = subprocess.run([sys.executable, "-c", code], cwd=repo, env=env, capture_output=True, text=True)
     assert proc.returncode == 1
     message = " ".join(proc.stderr.split())
@@ -30,7 +29,7 @@ def test_source_tree_without_kernel_names_both_copies_and_the_fixes(tmp_path, ch
     assert "start Python in another directory" in message and "python setup.py build_ext --inplace" in message
     assert "--no-build-isolation" not in message
     # the first fix works: from another directory the installed package is imported
-    proc = subprocess.run([sys.executable, "-c", code + "; print(aflite_fast.kernel.__file__)"], cwd=tmp_path,
+    proc = subprocess.run([sys.executable, "-c", code + "; print(aflite_fast.core.solver.__file__)"], cwd=tmp_path,
                           env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == os.path.join(installed, "kernel.py")
+    assert proc.stdout.strip() == os.path.join(installed, "core", "solver.py")

@@ -1,14 +1,15 @@
-"""The chance check of every run (aflite_fast.chance): recorded, warned about, reused, optional."""
+"""The chance check of every run (aflite_fast.filtering.chance): recorded, warned about, reused, optional."""
 import json
 import warnings
 
 import numpy as np
 import pytest
 
-from aflite_fast import ChanceWarning, aflite, engine, evaluate_filter
-from aflite_fast.chance import N_PERMUTATIONS, ChanceCheck, chance_line
+from aflite_fast import ChanceWarning, aflite, evaluate_filter
+from aflite_fast.phase import local
+from aflite_fast.filtering.chance import N_PERMUTATIONS, ChanceCheck, chance_line
 from aflite_fast.cli import main
-from aflite_fast.synthetic import make_biased_circles
+from aflite_fast.experiments.synthetic_data import make_biased_circles
 
 RUN = dict(target_size=400, n_partitions=16, train_size=0.5, slice_size=100, progress=False, n_jobs=1)
 
@@ -20,13 +21,13 @@ def _independent(s, prior, n=1200, d=16):
 
 
 def _count_calls(monkeypatch):
-    real, calls = engine.score_phase, []
+    real, calls = local.score_phase, []
 
     def counted(*args, **kw):
         calls.append(kw.get("warm_coef") is None)
         return real(*args, **kw)
 
-    monkeypatch.setattr(engine, "score_phase", counted)
+    monkeypatch.setattr(local, "score_phase", counted)
     return calls
 
 
@@ -111,7 +112,7 @@ def test_a_resumed_run_keeps_the_check_of_its_phase_zero(tmp_path, monkeypatch):
     run = dict(RUN, random_state=3)
     with pytest.warns(ChanceWarning):
         full = aflite(X, y, **run)
-    real, calls = engine.score_phase, []
+    real, calls = local.score_phase, []
 
     def interrupted(*args, **kw):  # phase 0 (1 + 3 calls) and phase 1 pass, phase 2 is cut
         calls.append(1)
@@ -120,7 +121,7 @@ def test_a_resumed_run_keeps_the_check_of_its_phase_zero(tmp_path, monkeypatch):
         return real(*args, **kw)
 
     with monkeypatch.context() as m:
-        m.setattr(engine, "score_phase", interrupted)
+        m.setattr(local, "score_phase", interrupted)
         with pytest.raises(KeyboardInterrupt), warnings.catch_warnings():
             warnings.simplefilter("ignore", ChanceWarning)
             aflite(X, y, checkpoint=tmp_path / "c.npz", **run)

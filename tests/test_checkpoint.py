@@ -23,7 +23,9 @@ import sys
 import numpy as np
 import pytest
 
-from aflite_fast import aflite, checkpoint, engine
+from aflite_fast import aflite
+from aflite_fast.filtering import checkpoint
+from aflite_fast.phase import local
 from aflite_fast.io.atomic import STATE_DIR
 from aflite_fast.cli import main
 
@@ -60,8 +62,8 @@ def _same(a, b):
 
 
 def _interrupt_at(monkeypatch, phase):
-    """Make engine.score_phase raise KeyboardInterrupt when called for ``phase``."""
-    real = engine.score_phase
+    """Make local.score_phase raise KeyboardInterrupt when called for ``phase``."""
+    real = local.score_phase
     calls = []
 
     def score_phase(*args, **kw):
@@ -70,7 +72,7 @@ def _interrupt_at(monkeypatch, phase):
             raise KeyboardInterrupt
         return real(*args, **kw)
 
-    monkeypatch.setattr(engine, "score_phase", score_phase)
+    monkeypatch.setattr(local, "score_phase", score_phase)
     return calls
 
 

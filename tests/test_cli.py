@@ -96,8 +96,8 @@ def test_demo_runs_and_reports(capsys):
 
 # -- usability: help, units, flags, threads, sizes, lazy start ------------------------------
 
-HEAVY = ("numpy", "numba", "scipy", "sklearn", "tqdm", "threadpoolctl", "aflite_fast._kernel",
-         "aflite_fast.kernel", "aflite_fast.engine", "aflite_fast.algorithm", "aflite_fast.data")
+HEAVY = ("numpy", "numba", "scipy", "sklearn", "tqdm", "threadpoolctl", "aflite_fast.core._kernel",
+         "aflite_fast.core.solver", "aflite_fast.phase.local", "aflite_fast.filtering.loop", "aflite_fast.io.inputs")
 
 
 @pytest.mark.parametrize("argv", [["--version"], ["--help"], ["filter", "--help"], ["demo", "--help"],
@@ -121,15 +121,29 @@ def test_help_and_version_import_nothing_heavy(argv, child_process):
 
 def test_package_names_load_on_first_use():
     import aflite_fast
-    import aflite_fast.user_loss  # binds the submodule; the public name stays the decorator
+    import aflite_fast.core.user_losses  # a submodule import binds no public name over the decorator
     from aflite_fast import LOSS_NAMES, user_loss
-    from aflite_fast import losses
+    from aflite_fast.core import losses
 
-    assert callable(user_loss) and user_loss.__module__ == "aflite_fast.user_loss"
+    assert callable(user_loss) and user_loss.__module__ == "aflite_fast.core.user_losses"
+    assert aflite_fast.user_loss is user_loss
     assert tuple(losses._PARAMS) == LOSS_NAMES  # the light name list follows the registry
     assert set(aflite_fast.__all__) <= set(dir(aflite_fast))
     with pytest.raises(AttributeError):
         aflite_fast.no_such_name
+
+
+def test_earlier_module_paths_import_the_modules_that_hold_them_now():
+    import aflite_fast
+    import aflite_fast.synthetic as old
+    from aflite_fast.experiments import synthetic_data
+    from aflite_fast.oof import oof_predict_proba
+
+    assert old is synthetic_data and aflite_fast.synthetic is synthetic_data
+    assert synthetic_data.__spec__.name == "aflite_fast.experiments.synthetic_data"
+    assert oof_predict_proba is aflite_fast.oof_predict_proba
+    with pytest.raises(ModuleNotFoundError):
+        import aflite_fast.no_such_module  # noqa: F401
 
 
 def _help(capsys, *argv):
@@ -222,7 +236,7 @@ def test_name_flags_keeps_ordinary_words_that_are_parameter_names():
 
 
 def test_threads_above_the_cores_are_capped_with_a_note(emb_files, capsys):
-    from aflite_fast._threads import effective_n_threads
+    from aflite_fast.runtime.threads import effective_n_threads
 
     tmp, X, y = emb_files
     cores = effective_n_threads(None)

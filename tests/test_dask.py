@@ -3,7 +3,7 @@
 a. ``aflite(..., backend="dask")`` gives the local keep/removed/removed_phase/scores exactly,
    whatever the chunking of X (uneven chunks, several chunks per scan block), on 2 and on 3
    workers, with and without groups and the permutation null.
-b. ``score_phase_dask`` gives ``engine.score_phase``'s coefficients and counts bitwise, also
+b. ``score_phase_dask`` gives ``_local.score_phase``'s coefficients and counts bitwise, also
    with float16 shards read from .npy files on the workers and summed probabilities; it
    reports the bytes it moved, and the bytes of a solver round do not grow with N.
 c. Partitions drawn as whole groups (padded training positions) give the local result; a
@@ -21,11 +21,12 @@ import pytest
 distributed = pytest.importorskip("distributed")
 da = pytest.importorskip("dask.array")
 
-from aflite_fast import aflite, engine  # noqa: E402
-from aflite_fast.data import encode_labels, scan_rows  # noqa: E402
-from aflite_fast.distributed import (DaskEmbeddings, as_dask_array, close_client, connect,  # noqa: E402
-                                     scan_rows_dask, score_phase_dask)
-from aflite_fast.kernel import SolverOptions  # noqa: E402
+from aflite_fast import aflite
+from aflite_fast.phase import local as _local
+from aflite_fast.phase import partitions
+from aflite_fast.io.inputs import encode_labels, scan_rows
+from aflite_fast.phase.dask_backend import DaskEmbeddings, as_dask_array, close_client, connect, scan_rows_dask, score_phase_dask
+from aflite_fast.core.solver import SolverOptions
 
 
 # several reduction groups even on the small X of these tests
@@ -130,13 +131,13 @@ def test_score_phase_bitwise_shards_float16_blocks(client, seed, tmp_path):
 
     codes = encode_labels(y).codes
     active = np.sort(rng.choice(X.shape[0], size=1300, replace=False)).astype(np.int64)
-    train_pos = engine.partition_train_positions(5, 0, active.size, 500, 6)
+    train_pos = partitions.partition_train_positions(5, 0, active.size, 500, 6)
     warm = rng.standard_normal((6, X.shape[1] + 1, 2)) * 0.01
     common = dict(n_classes=2, C=0.5, loss="gce", loss_params={"q": 0.7},
                   options=SolverOptions(tol=1e-4, max_iter=200), warm_coef=warm)
     proba_local = np.zeros((active.size, 2))
     proba_dask = np.zeros((active.size, 2))
-    local = engine.score_phase(X, codes, active, center, train_pos, proba_sum=proba_local, **common)
+    local = _local.score_phase(X, codes, active, center, train_pos, proba_sum=proba_local, **common)
     remote = score_phase_dask(Xd, codes, active, center, train_pos, proba_sum=proba_dask, **common)
     np.testing.assert_array_equal(remote.coef, local.coef)
     np.testing.assert_array_equal(remote.n_iter, local.n_iter)
@@ -170,7 +171,7 @@ def test_round_bytes_do_not_grow_with_rows(client, seed):
         Xd = DaskEmbeddings(X, client)
         center = scan_rows_dask(Xd).astype(np.float32)
         active = np.arange(n, dtype=np.int64)
-        train_pos = engine.partition_train_positions(3, 0, n, n // 10, 8)
+        train_pos = partitions.partition_train_positions(3, 0, n, n // 10, 8)
         res = score_phase_dask(Xd, encode_labels(y).codes, active, center, train_pos, n_classes=3)
         moved = res.bytes_moved
         width = 3 * 17  # the class rows' padding is not sent
@@ -296,7 +297,7 @@ def test_a_row_source_of_another_format_is_refused(tmp_path):
     """The backend maps a .npy opened for positioned reads; a directory of shards opened by
     open_embeddings is refused with a message naming what to pass instead."""
     from aflite_fast import open_embeddings
-    from aflite_fast.distributed import as_dask_array
+    from aflite_fast.phase.dask_backend import as_dask_array
 
     X = np.arange(60, dtype=np.float32).reshape(20, 3)
     np.save(tmp_path / "one.npy", X)

@@ -1,7 +1,7 @@
 """Dask backend on multiple-choice X (N items, K candidates, d features), on a LocalCluster of 2
 processes: the local engine's results, bitwise.
 
-a. ``score_phase_dask`` gives ``engine.score_phase``'s scorers (coefficients, iterations,
+a. ``score_phase_dask`` gives ``_local.score_phase``'s scorers (coefficients, iterations,
    evaluations) and counts bitwise, with and without position biases, on a 3-D ``.npy`` read
    by the workers in uneven chunks, on an active subset, with summed candidate probabilities;
    the workers hold whole items in whole reduction groups of items, and the centre is the
@@ -21,11 +21,14 @@ import pytest
 
 distributed = pytest.importorskip("distributed")
 
-from aflite_fast import aflite, engine  # noqa: E402
+from aflite_fast import aflite
+from aflite_fast.phase import local as _local
+from aflite_fast.phase import partitions
 from aflite_fast.cli import main  # noqa: E402
-from aflite_fast.data import scan_rows  # noqa: E402
-from aflite_fast.distributed import DaskEmbeddings, scan_rows_dask, score_phase_dask  # noqa: E402
-from aflite_fast.kernel import SolverOptions, reduction_group_rows  # noqa: E402
+from aflite_fast.io.inputs import scan_rows
+from aflite_fast.phase.dask_backend import DaskEmbeddings, scan_rows_dask, score_phase_dask
+from aflite_fast.core.solver import SolverOptions
+from aflite_fast.core.layout import reduction_group_rows
 
 
 # several reduction groups even on the small X of these tests
@@ -86,14 +89,14 @@ def test_score_phase_bitwise(client, seed, tmp_path, position_bias):
 
     codes = y.astype(np.int32)
     active = np.sort(rng.choice(N_ITEMS, size=1150, replace=False)).astype(np.int64)
-    train_pos = engine.partition_train_positions(5, 0, active.size, 400, 6)
+    train_pos = partitions.partition_train_positions(5, 0, active.size, 400, 6)
     D = X.shape[2] + (3 if position_bias else 1)
     warm = rng.standard_normal((6, D, 1)) * 0.01
     common = dict(n_classes=4, C=0.5, options=SolverOptions(tol=1e-4, max_iter=200), warm_coef=warm,
                   position_bias=position_bias, loss="gce" if position_bias else "ce")
     proba_local = np.zeros((active.size, 4))
     proba_dask = np.zeros((active.size, 4))
-    local = engine.score_phase(X, codes, active, center, train_pos, proba_sum=proba_local, **common)
+    local = _local.score_phase(X, codes, active, center, train_pos, proba_sum=proba_local, **common)
     remote = score_phase_dask(Xd, codes, active, center, train_pos, proba_sum=proba_dask, **common)
     assert remote.coef.shape == (6, D, 1)
     np.testing.assert_array_equal(remote.coef, local.coef)

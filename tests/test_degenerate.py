@@ -4,10 +4,15 @@ import json
 import numpy as np
 import pytest
 
-from aflite_fast import aflite, degenerate, evaluate_filter, kernel, predictability
+from aflite_fast import aflite, evaluate_filter, predictability
+from aflite_fast.core import degenerate
+from aflite_fast.core import layout
+from aflite_fast.core import solver
 from aflite_fast.cli import main
-from aflite_fast.degenerate import check_moved, check_scale, check_transition, unmoved_weights
-from aflite_fast.losses import resolve_loss
+from aflite_fast.core.degenerate import check_moved, check_scale, unmoved_weights
+from aflite_fast.core.losses import check_transition
+from aflite_fast.core.losses import resolve_loss
+from aflite_fast.filtering import loop
 
 N, D = 400, 6
 RUN = dict(target_size=200, n_partitions=8, train_size=0.5, slice_size=50, progress=False, n_jobs=1,
@@ -113,9 +118,9 @@ def test_weights_that_never_moved_are_refused_whatever_the_status(labels):
     """Trained on identical rows the solver reports "converged" with every weight at zero."""
     X = np.ones((N, D), dtype=np.float32)
     center = X.mean(axis=0).astype(np.float32)
-    Xa = kernel.augment_rows(X, center)
+    Xa = layout.augment_rows(X, center)
     member = np.ones((N, 2), dtype=np.uint8)
-    coef, info = kernel.train_models(Xa, labels.astype(np.int32), member, 2)
+    coef, info = solver.train_models(Xa, labels.astype(np.int32), member, 2)
     assert np.all(info["status"] == 0) and unmoved_weights(coef).all()  # status 0: converged
     every_row = lambda j: np.arange(N)  # noqa: E731
     with pytest.raises(ValueError, match=r"2 of 2 partition model\(s\) ended with every weight still at its "
@@ -135,16 +140,15 @@ def test_zero_weights_that_are_the_optimum_stand():
     zero weights are the optimum, not a model that could not move."""
     X = np.array([[1.0], [-1.0], [1.0], [-1.0]] * 5, dtype=np.float32)
     y = np.array([0, 0, 1, 1] * 5, dtype=np.int32)
-    coef, info = kernel.train_models(kernel.augment_rows(X, X.mean(axis=0)), y, np.ones((20, 1), np.uint8), 2)
+    coef, info = solver.train_models(layout.augment_rows(X, X.mean(axis=0)), y, np.ones((20, 1), np.uint8), 2)
     assert unmoved_weights(coef).all()
     check_moved(coef, info["status"], X=X, train_rows=lambda j: np.arange(20), tol=1e-4)  # no error
 
 
 def test_unmoved_weights_are_refused_in_the_loop_and_the_cli(labels, monkeypatch, tmp_path, capsys):
     """Past the scale check (switched off here), the loop still refuses the intercept-only models."""
-    import aflite_fast.algorithm as algorithm
 
-    monkeypatch.setattr(algorithm, "check_scale", lambda *a, **k: None)
+    monkeypatch.setattr(loop, "check_scale", lambda *a, **k: None)
     X = np.full((N, D), 3.0, dtype=np.float32)
     with pytest.raises(ValueError, match="solver status: converged: 8.*intercept-only models"):
         aflite(X, labels, **RUN)

@@ -5,7 +5,7 @@ a. Every check of ``sklearn.utils.estimator_checks.parametrize_with_checks`` run
    apply are listed in ``EXPECTED_FAILED`` with the reason beside them (none today); a check
    sklearn itself skips (array API input without SCIPY_ARRAY_API) shows as skipped.
 b. The loss parameters are explicit constructor parameters, exactly the registry's
-   (``aflite_fast.losses.PARAMETER_NAMES``), so get_params / set_params / clone are
+   (``aflite_fast.core.losses.PARAMETER_NAMES``), so get_params / set_params / clone are
    scikit-learn's own: unknown names are rejected, clone keeps a transition matrix, a
    parameter the loss does not take is an error at fit, and one given twice too.
 c. NotFittedError before fit; NaN or inf, or another width, at predict raise ValueError.
@@ -28,8 +28,8 @@ from sklearn.exceptions import NotFittedError
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from aflite_fast import RobustLogisticRegression
-from aflite_fast.losses import LOSS_PARAMETERS, PARAMETER_NAMES
-from aflite_fast.user_loss import user_loss
+from aflite_fast.core.losses import LOSS_PARAMETERS, PARAMETER_NAMES
+from aflite_fast.core.user_losses import user_loss
 
 #: Checks expected to fail, by estimator: {check name: reason}.  Empty: every check applies
 #: and passes.

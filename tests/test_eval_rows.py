@@ -15,8 +15,8 @@ import pytest
 
 from aflite_fast import aflite, predictability
 from aflite_fast.cli import main
-from aflite_fast.chance import N_PERMUTATIONS
-from aflite_fast.engine import TRAIN_PAD
+from aflite_fast.filtering.chance import N_PERMUTATIONS
+from aflite_fast.phase.partitions import TRAIN_PAD
 
 N = 900
 M = 6

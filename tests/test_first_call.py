@@ -5,7 +5,7 @@ a. ``import aflite_fast`` and a first ``predictability`` (and ``aflite``) on tin
    small preconditioner inverts with NumPy, sparse input is recognised without importing SciPy.
 b. The demo's table (AFLite, then cross-validated accuracy on the package's kernel) loads no
    scikit-learn either.
-c. ``ConvergenceWarning`` stays scikit-learn's class: ``_solver_status.ConvergenceWarning`` is
+c. ``ConvergenceWarning`` stays scikit-learn's class: ``solver_status.ConvergenceWarning`` is
    it, and a model that did not converge warns with it.
 """
 import json
@@ -52,22 +52,22 @@ def test_demo_table_loads_no_sklearn(child_process):
 def test_convergence_warning_is_sklearns_class():
     from sklearn.exceptions import ConvergenceWarning
 
-    from aflite_fast import _solver_status
+    from aflite_fast.core import solver_status
 
-    assert _solver_status.ConvergenceWarning is ConvergenceWarning
+    assert solver_status.ConvergenceWarning is ConvergenceWarning
     with pytest.raises(AttributeError):
-        _solver_status.NoSuchName  # noqa: B018
-    with pytest.warns(ConvergenceWarning, match=_solver_status.NOT_CONVERGED_MESSAGE):
-        _solver_status.warn_not_converged({"converged": 1, "max_iter": 2})
+        solver_status.NoSuchName  # noqa: B018
+    with pytest.warns(ConvergenceWarning, match=solver_status.NOT_CONVERGED_MESSAGE):
+        solver_status.warn_not_converged({"converged": 1, "max_iter": 2})
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        warnings.filterwarnings("ignore", message=_solver_status.NOT_CONVERGED_MESSAGE)
-        _solver_status.warn_not_converged({"converged": 1, "max_iter": 2})  # what the CLI silences
+        warnings.filterwarnings("ignore", message=solver_status.NOT_CONVERGED_MESSAGE)
+        solver_status.warn_not_converged({"converged": 1, "max_iter": 2})  # what the CLI silences
 
 
 def test_sparse_input_is_still_refused():
     scipy_sparse = pytest.importorskip("scipy.sparse")
-    from aflite_fast.data import open_embeddings
+    from aflite_fast.io.inputs import open_embeddings
 
     with pytest.raises(TypeError, match="sparse"):
         open_embeddings(scipy_sparse.csr_matrix(np.eye(3, dtype=np.float32)))

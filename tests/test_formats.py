@@ -30,10 +30,12 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from aflite_fast import aflite, data, oof_predict_proba
+from aflite_fast import aflite, oof_predict_proba
+from aflite_fast.io import inputs
 from aflite_fast.cli import main
 from aflite_fast.io import formats
 from aflite_fast.io.rowsource import ChunkedRows, ConcatRows, FileRows, InputChangedError
+from aflite_fast.phase import local
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -126,7 +128,7 @@ def test_shards_equal_one_file(problem, tmp_path, capsys):
     paths = write_shards(tmp_path / "shards", X, [150, 150, 480], numbers=[2, 10, 11, 100])
     ref = aflite(str(tmp_path / "one.npy"), y, **KW)
     for spec in (str(tmp_path / "shards"), str(tmp_path / "shards" / "part_*.npy"), [str(p) for p in paths]):
-        X_read = data.open_embeddings(spec)
+        X_read = inputs.open_embeddings(spec)
         assert isinstance(X_read, ConcatRows) and X_read.shape == X.shape and X_read.dtype == np.float16
         np.testing.assert_array_equal(np.asarray(X_read), X)
         same_run(aflite(spec, y, **KW), ref)
@@ -146,7 +148,7 @@ def test_hf_dataset_equals_one_file(problem, tmp_path, capsys, dtype, fixed):
     arrows = sorted(p for p in os.listdir(tmp_path / "ds") if p.endswith(".arrow"))
     assert len(arrows) == 2
     ref = aflite(str(tmp_path / "one.npy"), y, **KW)
-    X_read = data.open_embeddings(tmp_path / "ds", column="emb")
+    X_read = inputs.open_embeddings(tmp_path / "ds", column="emb")
     assert X_read.dtype == dtype and X_read.shape == X.shape
     np.testing.assert_array_equal(np.asarray(X_read), X)
     same_run(aflite(X_read, y, **KW), ref)
@@ -157,7 +159,7 @@ def test_hf_dataset_equals_one_file(problem, tmp_path, capsys, dtype, fixed):
     np.testing.assert_array_equal(cli_keep(tmp_path, capsys, ds, ds, "--column", "emb", "--labels-column", "label"),
                                   ref.keep)
     # an .arrow file alone: its rows
-    first = data.open_embeddings(ds / arrows[0], column="emb")
+    first = inputs.open_embeddings(ds / arrows[0], column="emb")
     np.testing.assert_array_equal(np.asarray(first), X[:first.shape[0]])
     # an Arrow stream of many record batches, and an Arrow (IPC) file
     table = pa.table({"label": y, "emb": arrow_list(X, fixed)})
@@ -167,7 +169,7 @@ def test_hf_dataset_equals_one_file(problem, tmp_path, capsys, dtype, fixed):
     with pa.ipc.new_file(tmp_path / "f.arrow", table.schema) as writer:
         writer.write_table(table, max_chunksize=100)
     for path in (tmp_path / "x.arrow", tmp_path / "f.arrow"):
-        X_read = data.open_embeddings(path)  # the one list column, without --column
+        X_read = inputs.open_embeddings(path)  # the one list column, without --column
         assert len(X_read.parts) == -(-N // (64 if path.name == "x.arrow" else 100))
         same_run(aflite(X_read, y, **KW), ref)
 
@@ -187,7 +189,7 @@ def test_parquet_equals_one_file(problem, tmp_path, capsys, monkeypatch, dtype):
     pq.write_table(table.slice(300), tmp_path / "dir" / "part-10.parquet", row_group_size=1000)
     ref = aflite(str(tmp_path / "one.npy"), y, **KW)
     for spec in (tmp_path / "x.parquet", tmp_path / "dir"):
-        X_read = data.open_embeddings(spec, column="emb")
+        X_read = inputs.open_embeddings(spec, column="emb")
         assert isinstance(X_read, ChunkedRows) and X_read.dtype == dtype
         np.testing.assert_array_equal(np.asarray(X_read), X)
         same_run(aflite(X_read, y, **KW), ref)
@@ -277,7 +279,7 @@ def test_bad_columns_are_named(problem, tmp_path, capsys):
     vary = tmp_path / "vary.parquet"
     pq.write_table(pa.table({"emb": rows, "label": y}), vary, row_group_size=100)
     with pytest.raises(ValueError, match="holds lists of different lengths: row 37 has 11 values"):
-        data.open_embeddings(vary, column="emb").read_rows(0, N)
+        inputs.open_embeddings(vary, column="emb").read_rows(0, N)
     refused(tmp_path, capsys, vary, vary, "column 'emb'", "--column", "emb", "--labels-column", "label")
     rows = [list(map(float, r)) for r in X]
     rows[5] = None
@@ -304,17 +306,17 @@ def test_varying_lengths_in_a_dataset_are_refused_naming_the_row(problem, tmp_pa
     rows[100] = rows[100] + [0.0]
     datasets.Dataset.from_dict({"emb": rows, "label": y}).save_to_disk(str(tmp_path / "ds"))
     with pytest.raises(ValueError, match="column 'emb' of .* holds lists of different lengths: row 100 has 13"):
-        data.open_embeddings(tmp_path / "ds", column="emb")
+        inputs.open_embeddings(tmp_path / "ds", column="emb")
 
 
 # --------------------------------------------------------------------------- c. truncated during a run
 
 _CHILD = textwrap.dedent("""
     import sys
-    from aflite_fast import engine
+    from aflite_fast.phase import gather
     from aflite_fast.cli import main
 
-    gather_rows = engine.gather_rows
+    gather_rows = gather.gather_rows
     calls = [0]
 
     def pause_then_gather(*args, **kwargs):
@@ -324,7 +326,7 @@ _CHILD = textwrap.dedent("""
             sys.stdin.readline()
         return gather_rows(*args, **kwargs)
 
-    engine.gather_rows = pause_then_gather
+    gather.gather_rows = pause_then_gather
     sys.exit(main(sys.argv[1:]))
 """)
 
@@ -368,7 +370,7 @@ def test_truncated_during_a_run_exits_2_not_bus_error(problem, tmp_path, layout,
 def test_file_rows_report_a_short_read(tmp_path):
     X = np.arange(600, dtype=np.float32).reshape(100, 6)
     np.save(tmp_path / "x.npy", X)
-    rows = data.open_embeddings(tmp_path / "x.npy")
+    rows = inputs.open_embeddings(tmp_path / "x.npy")
     np.testing.assert_array_equal(rows[10:20], X[10:20])
     np.testing.assert_array_equal(rows[[3, 4, 90]], X[[3, 4, 90]])
     with open(tmp_path / "x.npy", "r+b") as fh:
@@ -421,7 +423,7 @@ def test_missing_pyarrow_names_the_extra(problem, tmp_path, capsys, monkeypatch)
 
     monkeypatch.setattr(formats.importlib, "import_module", no_pyarrow)
     with pytest.raises(ImportError, match=r"pip install '\.\[formats\]'"):
-        data.open_embeddings(tmp_path / "x.parquet", column="emb")
+        inputs.open_embeddings(tmp_path / "x.parquet", column="emb")
     refused(tmp_path, capsys, tmp_path / "x.parquet", tmp_path / "x.parquet", "[formats]", "--column", "emb",
             "--labels-column", "label")
 
@@ -432,18 +434,18 @@ def test_sharded_reads_are_chunked(tmp_path, monkeypatch):
     n, d = 32768, 64
     X = (np.random.default_rng(1).standard_normal((n, d)) * 100).astype(">f4")
     write_shards(tmp_path / "s", X, [5000, 20000])
-    rows_of = data.open_embeddings(tmp_path / "s")
+    rows_of = inputs.open_embeddings(tmp_path / "s")
     chunk = 64 << 10
-    monkeypatch.setattr(data, "SCAN_CHUNK_BYTES", chunk)
+    monkeypatch.setattr(inputs, "SCAN_CHUNK_BYTES", chunk)
     picked = np.sort(np.random.default_rng(2).choice(n, size=n // 16, replace=False))
     out = np.empty((picked.size, d + 1), dtype=np.float32)
-    data.scan_rows(np.asarray(X[:64]))  # compile the Numba helpers outside the trace
+    inputs.scan_rows(np.asarray(X[:64]))  # compile the Numba helpers outside the trace
     tracemalloc.start()
     try:
-        data.scan_rows(rows_of)
+        inputs.scan_rows(rows_of)
         scan_peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.reset_peak()
-        data.gather_rows(rows_of, picked, np.zeros(d, np.float32), out, chunk_bytes=chunk)
+        inputs.gather_rows(rows_of, picked, np.zeros(d, np.float32), out, chunk_bytes=chunk)
         gather_peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -469,11 +471,10 @@ def test_groups_from_a_table_column(problem, tmp_path, capsys):
 def test_a_shard_rewritten_during_a_run_is_found(problem, tmp_path, monkeypatch):
     import time
 
-    from aflite_fast import engine
 
     X, y = problem
     paths = write_shards(tmp_path / "s", X, [300])
-    real = engine.score_phase
+    real = local.score_phase
     calls = []
 
     def score_phase(*args, **kw):  # before phase 1: the second shard is rewritten in place
@@ -485,7 +486,7 @@ def test_a_shard_rewritten_during_a_run_is_found(problem, tmp_path, monkeypatch)
                 fh.write(b"\0\0\0\0")
         return real(*args, **kw)
 
-    monkeypatch.setattr(engine, "score_phase", score_phase)
+    monkeypatch.setattr(local, "score_phase", score_phase)
     with pytest.raises(ValueError, match=f"X file '{paths[1]}' changed while this run was using it"):
         aflite(str(tmp_path / "s"), y, **KW)
 
@@ -497,13 +498,13 @@ def test_take_gives_the_rows_whatever_the_merging(tmp_path, monkeypatch, merge_b
     monkeypatch.setattr(rowsource, "MERGE_BYTES", merge_bytes)
     X = np.arange(5000 * 6, dtype=np.float32).reshape(5000, 6)
     write_shards(tmp_path / "s", X, [1000, 1001, 3000])
-    source = data.open_embeddings(tmp_path / "s")
+    source = inputs.open_embeddings(tmp_path / "s")
     rng = np.random.default_rng(4)
     for size in (1, 7, 300, 2500, 5000):
         rows = np.sort(rng.choice(5000, size, replace=False))
         np.testing.assert_array_equal(source.take(rows), X[rows])
         out = np.empty((size, 7), np.float32)
-        data.gather_rows(source, rows, np.zeros(6, np.float32), out, chunk_bytes=1024)
+        inputs.gather_rows(source, rows, np.zeros(6, np.float32), out, chunk_bytes=1024)
         np.testing.assert_array_equal(out[:, :6], X[rows])
 
 
@@ -513,7 +514,7 @@ def test_compressed_arrow_is_decoded_a_batch_at_a_time(problem, tmp_path):
     options = pa.ipc.IpcWriteOptions(compression="zstd")
     with pa.ipc.new_stream(tmp_path / "z.arrow", table.schema, options=options) as writer:
         writer.write_table(table, max_chunksize=128)
-    X_read = data.open_embeddings(tmp_path / "z.arrow", column="emb")
+    X_read = inputs.open_embeddings(tmp_path / "z.arrow", column="emb")
     assert isinstance(X_read, ChunkedRows)  # compressed: not readable in place
     np.testing.assert_array_equal(X_read.read_rows(N - 5, N), X[N - 5:])
     np.testing.assert_array_equal(X_read.read_rows(0, 5), X[:5])  # back to the first batch
@@ -527,7 +528,7 @@ def test_many_shards_share_a_few_descriptors(tmp_path, monkeypatch):
     monkeypatch.setattr(_pread, "MAX_OPEN", 2)  # fewer than the shards: descriptors are closed and reopened
     X = np.arange(40 * 3, dtype=np.float32).reshape(40, 3)
     write_shards(tmp_path / "s", X, list(range(4, 40, 4)))
-    source = data.open_embeddings(tmp_path / "s")
+    source = inputs.open_embeddings(tmp_path / "s")
     rows = np.array([0, 5, 9, 13, 22, 23, 31, 39])
     for _ in range(2):
         np.testing.assert_array_equal(source.take(rows), X[rows])

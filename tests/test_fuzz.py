@@ -33,7 +33,7 @@ from hypothesis import strategies as st
 
 from aflite_fast import AFLite, RobustLogisticRegression, aflite, oof_predict_proba, predictability
 from aflite_fast.cli import main
-from aflite_fast.losses import LOSS_NAMES
+from aflite_fast.core.losses import LOSS_NAMES
 
 BOUNDED = settings(derandomize=True, database=None, deadline=10_000,
                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

@@ -1,4 +1,4 @@
-"""Tests of the deterministic GEMM ``aflite_fast._kernel.sgemm`` (csrc/afl_gemm.h).
+"""Tests of the deterministic GEMM ``aflite_fast.core._kernel.sgemm`` (csrc/afl_gemm.h).
 
 a. Values: C = op(A) @ B agrees with a float64 NumPy product within the float32 error bound
    of a blocked sum, for both transposes, odd shapes (1, primes, wider than a micro-tile,
@@ -12,7 +12,7 @@ c. Accumulate mode: C += op(A) @ B, where C's old value is summed first; splitti
 import numpy as np
 import pytest
 
-from aflite_fast import _kernel
+from aflite_fast.core import _kernel
 
 EPS32 = np.finfo(np.float32).eps
 

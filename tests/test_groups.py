@@ -15,9 +15,11 @@ import numpy as np
 import pytest
 from sklearn.model_selection import GroupKFold
 
-from aflite_fast import AFLite, aflite, engine, oof_predict_proba, predictability
-from aflite_fast.groups import encode_groups
-from aflite_fast.oof import oof_run
+from aflite_fast import AFLite, aflite, oof_predict_proba, predictability
+from aflite_fast.phase import local
+from aflite_fast.phase import partitions
+from aflite_fast.phase.groups import encode_groups
+from aflite_fast.filtering.oof import oof_run
 
 RUN = dict(n_partitions=8, train_size=0.5, slice_size=60, tau=0.7, progress=False, n_jobs=1)
 
@@ -53,8 +55,8 @@ def _check_whole_groups(train_pos, active_groups, t):
     sizes = np.bincount(active_groups)
     lengths = []
     for row in train_pos:
-        pos = row[row != engine.TRAIN_PAD]
-        assert np.all(row[pos.size:] == engine.TRAIN_PAD) and np.all(np.diff(pos) > 0)
+        pos = row[row != partitions.TRAIN_PAD]
+        assert np.all(row[pos.size:] == partitions.TRAIN_PAD) and np.all(np.diff(pos) > 0)
         taken = np.unique(active_groups[pos])
         # every taken group is in whole: the positions are exactly the rows of those groups
         assert pos.size == sizes[taken].sum()
@@ -70,7 +72,7 @@ def test_no_partition_splits_a_group(grouped, monkeypatch):
     X, y, groups = grouped
     codes = encode_groups(groups, X.shape[0])
     seen_phases = []
-    real = engine.score_phase
+    real = local.score_phase
 
     def spy(X_, codes_, active, center, train_pos, **kw):
         t = round(RUN["train_size"] * active.size)
@@ -78,7 +80,7 @@ def test_no_partition_splits_a_group(grouped, monkeypatch):
         seen_phases.append((active.size, len(set(lengths))))
         return real(X_, codes_, active, center, train_pos, **kw)
 
-    monkeypatch.setattr(engine, "score_phase", spy)
+    monkeypatch.setattr(local, "score_phase", spy)
     res = aflite(X, y, target_size=600, random_state=3, groups=groups, chance_check=False, **RUN)
     assert len(seen_phases) == len(res.history) >= 3
     assert seen_phases[1][0] < seen_phases[0][0]  # later phases: groups of the active rows only
@@ -88,20 +90,20 @@ def test_no_partition_splits_a_group(grouped, monkeypatch):
 def test_partitions_without_groups_are_unchanged_and_seeded_per_partition(grouped):
     X, y, groups = grouped
     codes = encode_groups(groups, X.shape[0])
-    plain = engine.partition_train_positions(11, 2, 900, 300, 5)
+    plain = partitions.partition_train_positions(11, 2, 900, 300, 5)
     for j in range(5):  # the draw of every release so far
         rng = np.random.default_rng(np.random.SeedSequence(11, spawn_key=(2, j)))
         assert np.array_equal(plain[j], np.sort(rng.choice(900, size=300, replace=False)))
-    a = engine.partition_train_positions(11, 2, 900, 300, 5, groups=codes)
-    b = engine.partition_train_positions(11, 2, 900, 300, 8, groups=codes)
+    a = partitions.partition_train_positions(11, 2, 900, 300, 5, groups=codes)
+    b = partitions.partition_train_positions(11, 2, 900, 300, 8, groups=codes)
     for j in range(5):  # partition j depends on its own seed, not on how many there are
         ra, rb = a[j][a[j] >= 0], b[j][b[j] >= 0]
         assert np.array_equal(ra, rb)
-    assert not np.array_equal(a, engine.partition_train_positions(12, 2, 900, 300, 5, groups=codes))
+    assert not np.array_equal(a, partitions.partition_train_positions(12, 2, 900, 300, 5, groups=codes))
     # only which rows share a group matters: other ids (even of another sort order) give the same draws
     renamed = np.array([f"id{v}" for v in (groups * 7919) % 1009])
     assert np.array_equal(encode_groups(renamed, 900), codes)
-    assert np.array_equal(a, engine.partition_train_positions(11, 2, 900, 300, 5,
+    assert np.array_equal(a, partitions.partition_train_positions(11, 2, 900, 300, 5,
                                                               groups=encode_groups(renamed, 900)))
 
 

@@ -23,7 +23,7 @@ import pytest
 import scipy.sparse
 
 from aflite_fast import AFLite, RobustLogisticRegression, aflite, oof_predict_proba, predictability
-from aflite_fast import data
+from aflite_fast.io import inputs
 from aflite_fast.io.rowsource import FileRows
 from aflite_fast.cli import main
 
@@ -90,7 +90,7 @@ def test_npz_single_array_matches_npy(tmp_path, problem, capsys):
     np.save(tmp_path / "emb.npy", X)
     np.savez(tmp_path / "one.npz", embeddings=X)
     np.savez_compressed(tmp_path / "packed.npz", embeddings=X)
-    mapped = data.open_embeddings(tmp_path / "one.npz")
+    mapped = inputs.open_embeddings(tmp_path / "one.npz")
     assert isinstance(mapped, FileRows) and mapped.offset > 0  # stored: read in place, not loaded
     np.testing.assert_array_equal(mapped, X)
     ref = aflite(str(tmp_path / "emb.npy"), y, **KW)
@@ -125,15 +125,15 @@ def test_npz_key_chooses_among_several(tmp_path, problem, capsys):
 def test_npz_bad_members(tmp_path):
     np.savez(tmp_path / "obj.npz", a=np.array([{"x": 1}, 2], dtype=object))
     with pytest.raises(ValueError, match="Python objects"):
-        data.open_embeddings(tmp_path / "obj.npz")
+        inputs.open_embeddings(tmp_path / "obj.npz")
     np.savez(tmp_path / "cut.npz", a=np.ones((50, 4)))
     raw = (tmp_path / "cut.npz").read_bytes()
     (tmp_path / "cut.npz").write_bytes(raw[:300])  # the zip directory is gone
     with pytest.raises(ValueError, match="cannot read embeddings"):
-        data.open_embeddings(tmp_path / "cut.npz")
+        inputs.open_embeddings(tmp_path / "cut.npz")
     np.save(tmp_path / "plain.npy", np.ones((3, 2)))
     with pytest.raises(ValueError, match="not one"):
-        data.open_embeddings(f"{tmp_path / 'plain.npy'}:a")
+        inputs.open_embeddings(f"{tmp_path / 'plain.npy'}:a")
 
 
 # --------------------------------------------------------------------------- c. beyond float32
@@ -170,7 +170,7 @@ def test_beyond_float32_is_an_error_naming_the_row(huge, tmp_path, capsys):
     ok = X.copy()
     ok[17, 2] = np.finfo(np.float32).max  # the largest float32 is still accepted
     ok[90, 0] = -ok[17, 2]
-    data.scan_rows(ok)
+    inputs.scan_rows(ok)
     np.save(tmp_path / "huge.npy", X)
     np.save(tmp_path / "y.npy", y)
     assert_cli_error(tmp_path, tmp_path / "huge.npy", tmp_path / "y.npy", capsys,
@@ -249,20 +249,20 @@ def test_conversion_is_chunked(tmp_path, monkeypatch, dtype):
     n, d = 32768, 64
     rng = np.random.default_rng(1)
     np.save(tmp_path / "x.npy", (rng.standard_normal((n, d)) * 100).astype(dtype))
-    X = data.open_embeddings(tmp_path / "x.npy")
+    X = inputs.open_embeddings(tmp_path / "x.npy")
     chunk = 64 << 10
-    monkeypatch.setattr(data, "SCAN_CHUNK_BYTES", chunk)
+    monkeypatch.setattr(inputs, "SCAN_CHUNK_BYTES", chunk)
     rows = np.sort(rng.choice(n, size=n // 16, replace=False))  # scattered: the buffered path
     out = np.empty((rows.size, d + 1), dtype=np.float32)
     center = np.zeros(d, dtype=np.float32)
-    data.scan_rows(X[:64])  # compile the Numba helpers outside the trace
+    inputs.scan_rows(X[:64])  # compile the Numba helpers outside the trace
     tracemalloc.start()
     try:
-        data.scan_rows(X)
+        inputs.scan_rows(X)
         scan_peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.reset_peak()
-        data.gather_rows(X, rows, center, out, chunk_bytes=chunk)
-        data.gather_rows(X, np.arange(n // 16, dtype=np.int64), center, out, chunk_bytes=chunk)
+        inputs.gather_rows(X, rows, center, out, chunk_bytes=chunk)
+        inputs.gather_rows(X, np.arange(n // 16, dtype=np.int64), center, out, chunk_bytes=chunk)
         gather_peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -279,7 +279,7 @@ def test_conversion_is_chunked(tmp_path, monkeypatch, dtype):
 def test_fortran_ordered_file(problem, tmp_path):
     X, y = problem
     np.save(tmp_path / "f.npy", np.asfortranarray(X))
-    assert data.open_embeddings(tmp_path / "f.npy").flags.f_contiguous
+    assert inputs.open_embeddings(tmp_path / "f.npy").flags.f_contiguous
     assert_same_run(aflite(str(tmp_path / "f.npy"), y, **KW), aflite(X, y, **KW))
 
 

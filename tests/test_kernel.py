@@ -1,4 +1,4 @@
-"""Tests of the batched logistic-regression kernel (aflite_fast._kernel via aflite_fast.kernel).
+"""Tests of the batched logistic-regression kernel (aflite_fast.core._kernel via aflite_fast.kernel).
 
 a. Optimum: on several random problems with skewed feature variances (different N, d, number
    of classes including 2, balanced and imbalanced) a model trained by the kernel predicts
@@ -19,20 +19,23 @@ import pytest
 from sklearn.linear_model import LogisticRegression
 from threadpoolctl import threadpool_limits
 
-from aflite_fast import kernel
-from aflite_fast.engine import kernel_C
+from aflite_fast.core import layout
+from aflite_fast.core import preconditioning
+from aflite_fast.core import prediction
+from aflite_fast.core import solver
+from aflite_fast.phase.plan import kernel_C
 
-TIGHT = kernel.SolverOptions(tol=1e-6, max_iter=2000)
+TIGHT = solver.SolverOptions(tol=1e-6, max_iter=2000)
 
 
 def _fit_kernel(X, y, n_classes, C, options=TIGHT, n_threads=1, coef=None, precond=None):
     center = X.mean(axis=0, dtype=np.float64).astype(np.float32)
-    Xa = kernel.augment_rows(X, center)
-    if precond in kernel.PRECOND_FORMS:
+    Xa = layout.augment_rows(X, center)
+    if precond in preconditioning.PRECOND_FORMS:
         # that form of the preconditioner, from every row (the L2 weight of the kernel's C)
-        precond = kernel.preconditioner(np.ascontiguousarray(Xa), n_classes,
+        precond = preconditioning.preconditioner(np.ascontiguousarray(Xa), n_classes,
                                         1.0 / (kernel_C(C, n_classes) * X.shape[0]), form=precond)
-    coef, info = kernel.train_models(Xa, y.astype(np.int32), np.ones((X.shape[0], 1), np.uint8), n_classes,
+    coef, info = solver.train_models(Xa, y.astype(np.int32), np.ones((X.shape[0], 1), np.uint8), n_classes,
                                      C=kernel_C(C, n_classes), coef=coef, precond=precond, options=options,
                                      n_threads=n_threads)
     return coef, info, center
@@ -66,11 +69,11 @@ def test_same_optimum_as_sklearn(seed, make_problem, n, d, n_classes, weights, C
     X, y = make_problem(rng, n + 1000, d, n_classes, weights=weights, signal=0.5)
     Xtr, ytr, Xte = X[:n], y[:n], X[n:]
     coef, info, center = _fit_kernel(Xtr, ytr, n_classes, C, precond=precond)
-    assert kernel.STATUS_NAMES[int(info["status"][0])] == "converged"
+    assert solver.STATUS_NAMES[int(info["status"][0])] == "converged"
     # skewed data: a real optimisation, not a lucky first step (fewer steps with the preconditioner)
     assert info["n_iter"][0] > (5 if precond is None else 2)
-    W = kernel.uncenter_coef(coef[0], center)
-    ours = kernel.predict_proba(kernel.augment_rows(Xte), W)
+    W = layout.uncenter_coef(coef[0], center)
+    ours = prediction.predict_proba(layout.augment_rows(Xte), W)
     ref, mu = _fit_sklearn(Xtr, ytr, C)
     theirs = ref.predict_proba(Xte.astype(np.float64) - mu)
     agree = np.mean(ours.argmax(axis=1) == theirs.argmax(axis=1))
@@ -86,7 +89,7 @@ def test_two_class_model_matches_sklearn_coefficients(seed, make_problem):
     rng = np.random.default_rng([seed, 11])
     X, y = make_problem(rng, 700, 8, 2, signal=0.7, offset=0.0, spread=0.5)
     coef, info, center = _fit_kernel(X, y, 2, 1.0)
-    W = kernel.uncenter_coef(coef[0], center)
+    W = layout.uncenter_coef(coef[0], center)
     ref, mu = _fit_sklearn(X, y, 1.0)
     w = W[:-1, 1] - W[:-1, 0]
     # Compared relative to the size of the coefficient vector: the float32 logits put a floor
@@ -98,14 +101,14 @@ def test_two_class_model_matches_sklearn_coefficients(seed, make_problem):
     np.testing.assert_allclose(W[:-1, 0], -W[:-1, 1], atol=1e-3 * np.abs(ref.coef_[0]).max())
     # and the mapping matters: the two-class softmax with C itself is a different model
     coef_c, _, _ = _fit_kernel_raw_C(X, y, 2, 1.0)
-    w_c = kernel.uncenter_coef(coef_c[0], center)
+    w_c = layout.uncenter_coef(coef_c[0], center)
     assert np.abs((w_c[:-1, 1] - w_c[:-1, 0]) - ref.coef_[0]).max() > 1e-2 * np.abs(ref.coef_[0]).max()
 
 
 def _fit_kernel_raw_C(X, y, n_classes, C):
     center = X.mean(axis=0, dtype=np.float64).astype(np.float32)
-    Xa = kernel.augment_rows(X, center)
-    return kernel.train_models(Xa, y.astype(np.int32), np.ones((X.shape[0], 1), np.uint8), n_classes,
+    Xa = layout.augment_rows(X, center)
+    return solver.train_models(Xa, y.astype(np.int32), np.ones((X.shape[0], 1), np.uint8), n_classes,
                                C=C, options=TIGHT) + (center,)
 
 
@@ -113,14 +116,14 @@ def _fit_kernel_raw_C(X, y, n_classes, C):
 def test_warm_start_from_optimum_takes_no_step(seed, make_problem, tol):
     rng = np.random.default_rng([seed, 12])
     X, y = make_problem(rng, 1500, 20, 3, signal=0.5)
-    opts = kernel.SolverOptions(tol=tol)
+    opts = solver.SolverOptions(tol=tol)
     coef, info, center = _fit_kernel(X, y, 3, 1.0, options=opts)
     cold = int(info["n_iter"][0])
     assert cold >= 20
     start = coef.copy()
     warm, info_w, _ = _fit_kernel(X, y, 3, 1.0, options=opts, coef=coef)
     assert warm is coef  # updated in place, as documented
-    assert int(info_w["status"][0]) == kernel._kernel.STATUS_CONVERGED
+    assert int(info_w["status"][0]) == solver._kernel.STATUS_CONVERGED
     assert int(info_w["n_iter"][0]) == 0, f"warm start took {info_w['n_iter'][0]} steps (cold: {cold})"
     assert np.array_equal(warm, start) and info_w["objective"][0] == info["objective"][0]
 
@@ -135,7 +138,7 @@ def test_warm_start_at_tight_tolerance(seed, make_problem):
     cold = int(info["n_iter"][0])
     start = coef.copy()
     warm, info_w, _ = _fit_kernel(X, y, 3, 1.0, coef=coef)
-    assert int(info_w["status"][0]) == kernel._kernel.STATUS_CONVERGED
+    assert int(info_w["status"][0]) == solver._kernel.STATUS_CONVERGED
     assert int(info_w["n_iter"][0]) <= cold // 5, f"warm start took {info_w['n_iter'][0]} steps (cold: {cold})"
     assert info_w["objective"][0] <= info["objective"][0]
     np.testing.assert_allclose(warm, start, atol=1e-3 * np.abs(start).max())
@@ -144,7 +147,7 @@ def test_warm_start_at_tight_tolerance(seed, make_problem):
 def _block_problem(make_problem, seed, n=900, d=15, n_classes=3, B=6):
     rng = np.random.default_rng([seed, 13])
     X, y = make_problem(rng, n, d, n_classes, signal=0.6)
-    Xa = kernel.augment_rows(X, X.mean(axis=0).astype(np.float32))
+    Xa = layout.augment_rows(X, X.mean(axis=0).astype(np.float32))
     member = np.zeros((n, B), np.uint8)
     for j in range(B):
         member[rng.choice(n, size=rng.integers(n // 4, n // 2), replace=False), j] = 1
@@ -156,31 +159,31 @@ def test_block_equals_each_model_alone(seed, make_problem):
     # path (at most 28 columns) and ends in it as models finish; a model alone is narrow
     Xa, y, member, C = _block_problem(make_problem, seed, B=12)
     n, B = member.shape
-    opts = kernel.SolverOptions(tol=1e-5)
-    block, info = kernel.train_models(Xa, y, member, C, options=opts)
-    assert np.all(info["status"] == kernel._kernel.STATUS_CONVERGED)
+    opts = solver.SolverOptions(tol=1e-5)
+    block, info = solver.train_models(Xa, y, member, C, options=opts)
+    assert np.all(info["status"] == solver._kernel.STATUS_CONVERGED)
     assert len(set(info["n_iter"].tolist())) > 1  # models converge on their own schedules
     for j in range(B):
         # alone, on all rows with its own mask
-        alone, info_j = kernel.train_models(Xa, y, np.ascontiguousarray(member[:, [j]]), C, options=opts)
+        alone, info_j = solver.train_models(Xa, y, np.ascontiguousarray(member[:, [j]]), C, options=opts)
         assert np.array_equal(alone[0], block[j]), f"model {j} differs when trained alone"
         assert info_j["n_iter"][0] == info["n_iter"][j]
         assert info_j["objective"][0] == info["objective"][j]
         # alone, on its own rows only, with their positions in the full set (what the engine does)
         rows = np.flatnonzero(member[:, j])
-        own, _ = kernel.train_models(np.ascontiguousarray(Xa[rows]), y[rows], np.ones((rows.size, 1), np.uint8),
+        own, _ = solver.train_models(np.ascontiguousarray(Xa[rows]), y[rows], np.ones((rows.size, 1), np.uint8),
                                      C, positions=rows, options=opts)
         assert np.array_equal(own[0], block[j]), f"model {j} differs when trained on its rows only"
     # a block in another order is the same models, permuted
     perm = np.random.default_rng([seed, 14]).permutation(B)
-    permuted, _ = kernel.train_models(Xa, y, np.ascontiguousarray(member[:, perm]), C, options=opts)
+    permuted, _ = solver.train_models(Xa, y, np.ascontiguousarray(member[:, perm]), C, options=opts)
     assert np.array_equal(permuted, block[perm])
 
 
 def test_training_bitwise_same_with_one_and_two_threads(seed, make_problem):
     Xa, y, member, C = _block_problem(make_problem, seed, n=1500, d=25, B=8)
-    one, info1 = kernel.train_models(Xa, y, member, C, n_threads=1)
-    two, info2 = kernel.train_models(Xa, y, member, C, n_threads=2)
+    one, info1 = solver.train_models(Xa, y, member, C, n_threads=1)
+    two, info2 = solver.train_models(Xa, y, member, C, n_threads=2)
     assert np.array_equal(one, two)
     assert np.array_equal(info1["n_iter"], info2["n_iter"])
     assert np.array_equal(info1["objective"], info2["objective"])
@@ -195,8 +198,8 @@ def _softmax(Z):
 def test_predict_accumulate_matches_numpy(seed, make_problem):
     Xa, y, member, C = _block_problem(make_problem, seed, n=1100, d=20, B=7)
     n, B = member.shape
-    coef, _ = kernel.train_models(Xa, y, member, C)
-    W = kernel.stack_weights(coef)
+    coef, _ = solver.train_models(Xa, y, member, C)
+    W = prediction.stack_weights(coef)
     heldout = np.ascontiguousarray(1 - member)
     results = []
     for n_threads in (1, 2):
@@ -204,7 +207,7 @@ def test_predict_accumulate_matches_numpy(seed, make_problem):
         correct = np.full(n, 1, np.int32)
         prob = np.full(n, 0.5)
         proba = np.zeros((n, C))
-        kernel.predict_accumulate(Xa, y, heldout, W, C, seen, correct, prob, proba, n_threads=n_threads)
+        prediction.predict_accumulate(Xa, y, heldout, W, C, seen, correct, prob, proba, n_threads=n_threads)
         results.append((seen, correct, prob, proba))
     for a, b in zip(*results):
         assert np.array_equal(a, b)
@@ -230,7 +233,7 @@ def test_predict_accumulate_matches_numpy(seed, make_problem):
     np.testing.assert_allclose(proba, ref_proba, atol=1e-5)
     # rows without a label (-1) are counted as seen but never correct
     seen2, correct2, prob2 = np.zeros(n, np.int32), np.zeros(n, np.int32), np.zeros(n)
-    kernel.predict_accumulate(Xa, np.full(n, -1, np.int32), heldout, W, C, seen2, correct2, prob2)
+    prediction.predict_accumulate(Xa, np.full(n, -1, np.int32), heldout, W, C, seen2, correct2, prob2)
     assert np.array_equal(seen2, heldout.sum(axis=1))
     assert not correct2.any() and not prob2.any()
 
@@ -240,15 +243,15 @@ def test_prediction_tiles_change_no_bit(seed, n_classes, n_models):
     """The logits are computed a tile of rows at a time (by default at least
     ``predict_min_tile_rows`` rows, whatever the number of outputs): the counts and summed
     probabilities are the same bits for any tile height, one thread or two."""
-    from aflite_fast import _kernel
+    from aflite_fast.core import _kernel
 
     rng = np.random.default_rng([seed, n_classes])
     n, d = 2 * _kernel.predict_min_tile_rows() + 300, 20
-    Xa = kernel.augment_rows(rng.standard_normal((n, d)).astype(np.float32))
+    Xa = layout.augment_rows(rng.standard_normal((n, d)).astype(np.float32))
     W = (0.3 * rng.standard_normal((d + 1, n_classes * n_models))).astype(np.float32)
     y = rng.integers(0, n_classes, n).astype(np.int32)
     heldout = (rng.random((n, n_models)) < 0.6).astype(np.uint8)
-    kb = kernel.block_bounds(d + 1, kernel.COL_BLOCK)
+    kb = layout.block_bounds(d + 1, layout.COL_BLOCK)
     out = []
     for tile, n_threads in ((0, 1), (0, 2), (1, 2), (333, 1), (n, 2)):
         seen, correct = np.zeros(n, np.int32), np.zeros(n, np.int32)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from aflite_fast.cli import main
-from aflite_fast.label_issues import filter_label_issues
+from aflite_fast.filtering.label_issues import filter_label_issues
 
 
 @pytest.fixture

@@ -23,9 +23,12 @@ import math
 import numpy as np
 import pytest
 
-from aflite_fast import RobustLogisticRegression, aflite, kernel
-from aflite_fast.losses import LOSS_NAMES, LossSpec, needs_warmup, resolve_loss
-from aflite_fast.user_loss import UserLoss, user_loss
+from aflite_fast import RobustLogisticRegression, aflite
+from aflite_fast.core import layout
+from aflite_fast.core import prediction
+from aflite_fast.core import solver
+from aflite_fast.core.losses import LOSS_NAMES, LossSpec, needs_warmup, resolve_loss
+from aflite_fast.core.user_losses import UserLoss, user_loss
 
 
 # --- a user loss defined at module level: compiled once, at import --------------------------
@@ -110,9 +113,9 @@ def kernel_row_loss(loss, params, z, y):
     spec = resolve_loss(loss, params, C)
     Xa = np.ones((1, 1), dtype=np.float32)
     coef = z.reshape(1, 1, C).copy()
-    _, info = kernel.train_models(Xa, np.array([y], np.int32), np.ones((1, 1), np.uint8), C,
+    _, info = solver.train_models(Xa, np.array([y], np.int32), np.ones((1, 1), np.uint8), C,
                                   loss=spec, coef=coef,
-                                  options=kernel.SolverOptions(max_iter=0, tol=0.0))
+                                  options=solver.SolverOptions(max_iter=0, tol=0.0))
     return float(info["objective"][0])
 
 
@@ -160,16 +163,16 @@ def test_ce_fast_path_equals_generic_path(seed, n_classes):
     beyond 1e280 within a row block, which must be folded into the sum of logs."""
     rng = np.random.default_rng([seed, n_classes])
     n, d, B = 700, 7, 5
-    Xa = kernel.augment_rows(rng.standard_normal((n, d)).astype(np.float32) * 3)
+    Xa = layout.augment_rows(rng.standard_normal((n, d)).astype(np.float32) * 3)
     y = rng.integers(0, n_classes, n).astype(np.int32)
     member = (rng.random((n, B)) < 0.9).astype(np.uint8)
     start = rng.standard_normal((B, d + 1, n_classes)) * np.array([2, 2, 2, 1e-3, 1e-3])[:, None, None]
     sce = resolve_loss("sce", {"alpha": 1.0, "beta": 0.0, "A": -4.0}, n_classes)
     for max_iter, rtol in ((0, 1e-12), (5, 1e-7)):
-        opts = kernel.SolverOptions(max_iter=max_iter, tol=0.0)
-        c_fast, i_fast = kernel.train_models(Xa, y, member, n_classes, loss="ce", coef=start.copy(),
+        opts = solver.SolverOptions(max_iter=max_iter, tol=0.0)
+        c_fast, i_fast = solver.train_models(Xa, y, member, n_classes, loss="ce", coef=start.copy(),
                                              options=opts)
-        c_gen, i_gen = kernel.train_models(Xa, y, member, n_classes, loss=sce, coef=start.copy(),
+        c_gen, i_gen = solver.train_models(Xa, y, member, n_classes, loss=sce, coef=start.copy(),
                                            options=opts)
         np.testing.assert_allclose(i_fast["objective"], i_gen["objective"], rtol=rtol)
         np.testing.assert_allclose(c_fast, c_gen, rtol=rtol, atol=rtol * np.abs(c_gen).max())
@@ -220,15 +223,15 @@ def test_kernel_optimum_is_stationary(loss, seed, make_problem):
     params = dict(LOSS_CASES[loss])
     spec = resolve_loss(loss, params, 3)
     center = X.mean(axis=0, dtype=np.float64).astype(np.float32)
-    Xa = kernel.augment_rows(X, center)
+    Xa = layout.augment_rows(X, center)
     Xc = Xa[:, :-1].astype(np.float64)
     member = np.ones((len(y), 1), np.uint8)
     C = 1.0
-    opts = kernel.SolverOptions(tol=1e-7, ftol=0.0, max_iter=2000)
+    opts = solver.SolverOptions(tol=1e-7, ftol=0.0, max_iter=2000)
     coef = None
     for stage in ([spec.warmup] if needs_warmup(spec) else []) + [spec]:
-        coef, info = kernel.train_models(Xa, y, member, 3, C=C, loss=stage, coef=coef, options=opts)
-    assert kernel.STATUS_NAMES[int(info["status"][0])] in ("converged", "line_search")
+        coef, info = solver.train_models(Xa, y, member, 3, C=C, loss=stage, coef=coef, options=opts)
+    assert solver.STATUS_NAMES[int(info["status"][0])] in ("converged", "line_search")
     l2 = 1.0 / (C * len(y))
     W = coef[0]
     if loss == "gce_trunc":
@@ -367,19 +370,19 @@ def test_gce_trunc_needs_its_warmup(seed, make_problem):
     spec = resolve_loss("gce_trunc", {"q": 0.7, "k": 0.5}, 3)
     assert needs_warmup(spec) and spec.warmup.name == "gce" and spec.warmup.params.tolist() == [0.7]
     assert not needs_warmup(resolve_loss("gce"))
-    Xa = kernel.augment_rows(X, X.mean(axis=0))
+    Xa = layout.augment_rows(X, X.mean(axis=0))
     member = np.ones((len(y), 1), np.uint8)
     yy = y.astype(np.int32)
     no_warmup = dataclasses.replace(spec, warmup=None)
-    cold, info = kernel.train_models(Xa, yy, member, 3, loss=no_warmup)
+    cold, info = solver.train_models(Xa, yy, member, 3, loss=no_warmup)
     # from zeros every p_y = 1/3 <= k: zero gradient, the solver cannot leave the start
     assert info["n_iter"][0] == 0 and not np.any(cold)
-    warm, _ = kernel.train_models(Xa, yy, member, 3, loss=spec.warmup)
-    warm, info = kernel.train_models(Xa, yy, member, 3, loss=spec, coef=warm)
-    acc = np.mean(np.argmax(kernel.predict_proba(Xa, warm[0]), axis=1) == y)
+    warm, _ = solver.train_models(Xa, yy, member, 3, loss=spec.warmup)
+    warm, info = solver.train_models(Xa, yy, member, 3, loss=spec, coef=warm)
+    acc = np.mean(np.argmax(prediction.predict_proba(Xa, warm[0]), axis=1) == y)
     assert acc > 0.6
     # train_models applies the warm-up itself to models that start at zero
-    auto, _ = kernel.train_models(Xa, yy, member, 3, loss=spec)
+    auto, _ = solver.train_models(Xa, yy, member, 3, loss=spec)
     np.testing.assert_array_equal(auto, warm)
 
 

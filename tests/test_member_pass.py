@@ -19,14 +19,21 @@ e. The workspace: rows of a shrinking active set compacted in place across phase
 import numpy as np
 import pytest
 
-from aflite_fast import _kernel, engine, kernel, predictability
-from aflite_fast.losses import resolve_loss
+from aflite_fast.core import _kernel
+from aflite_fast import predictability
+from aflite_fast.phase import gather
+from aflite_fast.phase import local
+from aflite_fast.phase import partitions
+from aflite_fast.core import layout
+from aflite_fast.core import preconditioning
+from aflite_fast.core import solver
+from aflite_fast.core.losses import resolve_loss
 
 
 def _index(member, positions=None):
     n, B = member.shape
     positions = np.arange(n, dtype=np.int64) if positions is None else positions
-    rb = kernel.row_blocks_from_positions(positions)
+    rb = layout.row_blocks_from_positions(positions)
     mptr = np.empty((B, rb.size), np.int64)
     mrows = np.empty(int(member.sum()), np.int32)
     _kernel.member_index(np.ascontiguousarray(member), rb, mptr, mrows)
@@ -39,7 +46,7 @@ def _eval(Xa, y, member, W, loss="ce", n_threads=1, positions=None, n_classes=No
     B, _, C = W.shape
     positions = np.arange(n, dtype=np.int64) if positions is None else positions
     mptr, mrows, rb = _index(member, positions)
-    sb = kernel.super_blocks(positions, rb, D)
+    sb = layout.super_blocks(positions, rb, D)
     Dp = _kernel.member_width(D)
     Wc = np.zeros((B, C, Dp), np.float32)
     Wc[:, :, :D] = W.transpose(0, 2, 1)
@@ -76,7 +83,7 @@ def _reference(Xa, y, member, W, loss="ce", q=0.7):
 def _problem(make_problem, seed, n, d, n_classes, share, B=6):
     rng = np.random.default_rng([seed, n, d, n_classes])
     X, y = make_problem(rng, n, d, n_classes, signal=0.6)
-    Xa = kernel.augment_rows(X, X.mean(axis=0).astype(np.float32))
+    Xa = layout.augment_rows(X, X.mean(axis=0).astype(np.float32))
     member = np.zeros((n, B), np.uint8)
     for j in range(B):
         member[rng.choice(n, size=int(share * n), replace=False), j] = 1
@@ -144,7 +151,7 @@ def test_member_pass_bitwise_across_thread_counts_over_many_super_blocks(seed, m
     form several super-blocks)."""
     Xa, y, member, W = _problem(make_problem, seed, 2600, 31, 3, 0.3, B=n_models)
     positions = np.arange(Xa.shape[0], dtype=np.int64) * 50
-    assert kernel.super_blocks(positions, _index(member, positions)[2], Xa.shape[1]).size - 1 >= 3
+    assert layout.super_blocks(positions, _index(member, positions)[2], Xa.shape[1]).size - 1 >= 3
     loss1, grad1 = _eval(Xa, y, member, W, n_threads=1, positions=positions)
     for n_threads in (2, 3, 4):
         lt, gt = _eval(Xa, y, member, W, n_threads=n_threads, positions=positions)
@@ -154,9 +161,9 @@ def test_member_pass_bitwise_across_thread_counts_over_many_super_blocks(seed, m
 def test_preconditioner_chunks_threads_and_shape(seed, make_problem):
     rng = np.random.default_rng([seed, 5])
     X, _ = make_problem(rng, 3000, 40, 3)
-    Xa = np.ascontiguousarray(kernel.augment_rows(X, X.mean(axis=0).astype(np.float32)))
-    whole = kernel.preconditioner(Xa, 3, 1e-4, n_threads=1).dense
-    chunks = kernel.preconditioner((Xa[i:i + 512] for i in range(0, 3000, 512)), 3, 1e-4, n_threads=2).dense
+    Xa = np.ascontiguousarray(layout.augment_rows(X, X.mean(axis=0).astype(np.float32)))
+    whole = preconditioning.preconditioner(Xa, 3, 1e-4, n_threads=1).dense
+    chunks = preconditioning.preconditioner((Xa[i:i + 512] for i in range(0, 3000, 512)), 3, 1e-4, n_threads=2).dense
     assert np.array_equal(whole, chunks)
     assert whole.shape == (41, 41) and whole.dtype == np.float32 and np.array_equal(whole, whole.T)
     assert np.linalg.eigvalsh(whole.astype(np.float64)).min() > 0
@@ -164,7 +171,7 @@ def test_preconditioner_chunks_threads_and_shape(seed, make_problem):
     M = (2 / 9) * (Xa.T.astype(np.float64) @ Xa) / 3000 + 1e-4 * np.eye(41)
     np.testing.assert_allclose(whole.astype(np.float64) @ M, np.eye(41), atol=2e-3)
     with pytest.raises(ValueError, match="multiple of"):
-        kernel.preconditioner([Xa[:100], Xa[100:300]], 3, 1e-4)
+        preconditioning.preconditioner([Xa[:100], Xa[100:300]], 3, 1e-4)
 
 
 @pytest.mark.parametrize("share", [0.1, 0.5])
@@ -172,15 +179,15 @@ def test_preconditioned_solver_reaches_the_same_optimum_in_fewer_steps(seed, mak
     rng = np.random.default_rng([seed, 6])
     n, d, C = 6000, 60, 3
     X, y = make_problem(rng, n, d, C, signal=0.5)
-    Xa = kernel.augment_rows(X, X.mean(axis=0).astype(np.float32))
+    Xa = layout.augment_rows(X, X.mean(axis=0).astype(np.float32))
     member = np.zeros((n, 4), np.uint8)
     for j in range(4):
         member[rng.choice(n, size=int(share * n), replace=False), j] = 1
-    opts = kernel.SolverOptions(tol=1e-6, max_iter=3000)
-    plain, info_p = kernel.train_models(Xa, y.astype(np.int32), member, C, options=opts)
-    pre, info_h = kernel.train_models(Xa, y.astype(np.int32), member, C, precond="auto", options=opts)
-    assert np.all(info_p["status"] == kernel._kernel.STATUS_CONVERGED)
-    assert np.all(info_h["status"] == kernel._kernel.STATUS_CONVERGED)
+    opts = solver.SolverOptions(tol=1e-6, max_iter=3000)
+    plain, info_p = solver.train_models(Xa, y.astype(np.int32), member, C, options=opts)
+    pre, info_h = solver.train_models(Xa, y.astype(np.int32), member, C, precond="auto", options=opts)
+    assert np.all(info_p["status"] == solver._kernel.STATUS_CONVERGED)
+    assert np.all(info_h["status"] == solver._kernel.STATUS_CONVERGED)
     assert info_h["n_iter"].mean() <= info_p["n_iter"].mean() / 3, (info_h["n_iter"], info_p["n_iter"])
     np.testing.assert_allclose(info_h["objective"], info_p["objective"], rtol=1e-7)
     np.testing.assert_allclose(pre, plain, atol=2e-3 * np.abs(plain).max())
@@ -193,14 +200,14 @@ def test_phase_bitwise_across_threads_memmap_and_blocks(seed, make_problem, read
     rng = np.random.default_rng([seed, 7])
     X, y = make_problem(rng, n, d, 3, signal=0.5)
     blocks = []
-    real = engine.score_phase
+    real = local.score_phase
 
     def spy(*args, **kwargs):
         res = real(*args, **kwargs)
         blocks.append(res.n_blocks)
         return res
 
-    monkeypatch.setattr(engine, "score_phase", spy)
+    monkeypatch.setattr(local, "score_phase", spy)
     run = dict(n_partitions=8, train_size=int(share * n), random_state=seed)
     base = predictability(X, y, n_jobs=1, **run)
     assert base.n_iter.min() > 0
@@ -215,25 +222,25 @@ def test_phase_bitwise_across_threads_memmap_and_blocks(seed, make_problem, read
 
 
 def test_workspace_compacts_rows_in_place_as_a_fresh_gather(seed, make_problem):
-    """Successive phases use one buffer (engine.Workspace), and each phase's active rows are a
+    """Successive phases use one buffer (gather.Workspace), and each phase's active rows are a
     subset of the previous phase's: the workspace moves them down in its buffer instead of
     reading X, and the rows (padding included) and the phase's scores are bitwise those of a
     fresh gather."""
-    from aflite_fast.data import gather_rows, scan_rows
+    from aflite_fast.io.inputs import gather_rows, scan_rows
     rng = np.random.default_rng([seed, 9])
     n = 2500
     X, y = make_problem(rng, n, 45, 3, signal=0.5)
     center = scan_rows(X).astype(np.float32)
     codes = y.astype(np.int32)
-    ws = engine.Workspace()
+    ws = gather.Workspace()
     active = np.arange(n, dtype=np.int64)
     for phase in range(4):
         if phase:
             # a slice removed, scattered, with some long runs kept (as a phase removes rows)
             active = np.sort(rng.choice(active, active.size - active.size // 5, replace=False))
-        tp = engine.partition_train_positions(seed, phase, active.size, active.size // 2, 6)
-        fresh = engine.score_phase(X, codes, active, center, tp, n_classes=3)
-        reused = engine.score_phase(X, codes, active, center, tp, n_classes=3, workspace=ws)
+        tp = partitions.partition_train_positions(seed, phase, active.size, active.size // 2, 6)
+        fresh = local.score_phase(X, codes, active, center, tp, n_classes=3)
+        reused = local.score_phase(X, codes, active, center, tp, n_classes=3, workspace=ws)
         assert np.array_equal(fresh.coef, reused.coef) and np.array_equal(fresh.n_iter, reused.n_iter)
         assert np.array_equal(fresh.scores, reused.scores, equal_nan=True)
         assert np.array_equal(fresh.prob_label, reused.prob_label)
@@ -242,25 +249,25 @@ def test_workspace_compacts_rows_in_place_as_a_fresh_gather(seed, make_problem):
     assert ws.buffer is first_buffer  # the later, smaller phases reused the first one's buffer
     # the compaction itself: bitwise a fresh gather, padding zero, X not read again
     first = ws.gather(X, active, center)
-    assert np.array_equal(first, gather_rows(X, active, center, kernel.empty_rows(active.size, 46)))
+    assert np.array_equal(first, gather_rows(X, active, center, layout.empty_rows(active.size, 46)))
     keep = np.sort(rng.choice(active, active.size // 2, replace=False))
-    expected = gather_rows(X, keep, center, kernel.empty_rows(keep.size, 46))
+    expected = gather_rows(X, keep, center, layout.empty_rows(keep.size, 46))
     X_changed = X  # the workspace holds rows of this very array, so it must not read it again:
     X_changed[keep] += 1.0  # rows changed after the gather keep their gathered values
     got = ws.gather(X_changed, keep, center)
     assert np.array_equal(got, expected)
-    assert not kernel.padded_rows(ws.buffer, keep.size, 46)[:, 46:].any()
+    assert not layout.padded_rows(ws.buffer, keep.size, 46)[:, 46:].any()
     # another centre, or rows not all held, are read from X
     assert np.array_equal(ws.gather(X_changed, keep, center + 1), gather_rows(
-        X_changed, keep, center + 1, kernel.empty_rows(keep.size, 46)))
+        X_changed, keep, center + 1, layout.empty_rows(keep.size, 46)))
     assert np.array_equal(ws.gather(X_changed, active, center + 1), gather_rows(
-        X_changed, active, center + 1, kernel.empty_rows(active.size, 46)))
+        X_changed, active, center + 1, layout.empty_rows(active.size, 46)))
 
 
 _ISA_SCRIPT = r"""
 import sys
 import numpy as np
-from aflite_fast import _kernel, kernel
+from aflite_fast.core import _kernel, layout, prediction, solver
 sys.path.insert(0, sys.argv[1])
 import test_member_pass as t
 assert _kernel.gemm_isa() == sys.argv[2], _kernel.gemm_isa()
@@ -269,7 +276,7 @@ n, C, B = 900, 5, 4
 for d, losses in ((300, ("ce",)), (37, ("ce", "gce"))):  # several feature slices, then one
     X = (rng.standard_normal((n, d)) * (1 + np.arange(d)) ** -0.5 + 2).astype(np.float32)
     y = rng.integers(0, C, n).astype(np.int32)
-    Xa = kernel.augment_rows(X, X.mean(axis=0).astype(np.float32))
+    Xa = layout.augment_rows(X, X.mean(axis=0).astype(np.float32))
     member = (rng.random((n, B)) < 0.3).astype(np.uint8)
     W = 0.3 * rng.standard_normal((B, d + 1, C))
     for loss in losses:
@@ -279,12 +286,12 @@ for d, losses in ((300, ("ce",)), (37, ("ce", "gce"))):  # several feature slice
         ref_l, ref_g = t._reference(Xa, y, member, W, loss=loss)
         np.testing.assert_allclose(got_l, ref_l, rtol=1e-6)
         assert np.abs(got_g - ref_g).max() <= 1e-5 * np.abs(ref_g).max()
-coef, info = kernel.train_models(Xa, y, member, C, precond="auto")
+coef, info = solver.train_models(Xa, y, member, C, precond="auto")
 assert (info["status"] == 0).all() and info["n_iter"].min() > 0
-coef2, _ = kernel.train_models(Xa, y, member, C, precond="auto", n_threads=2)
+coef2, _ = solver.train_models(Xa, y, member, C, precond="auto", n_threads=2)
 assert np.array_equal(coef, coef2)
 seen, correct, prob = np.zeros(n, np.int32), np.zeros(n, np.int32), np.zeros(n)
-kernel.predict_accumulate(Xa, y, np.ascontiguousarray(1 - member), kernel.stack_weights(coef), C, seen, correct,
+prediction.predict_accumulate(Xa, y, np.ascontiguousarray(1 - member), prediction.stack_weights(coef), C, seen, correct,
                           prob, n_threads=2)
 assert np.array_equal(seen, (1 - member).sum(axis=1))
 print("ok")

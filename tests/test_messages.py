@@ -15,6 +15,9 @@ import numpy as np
 import pytest
 
 from aflite_fast.cli import main
+from aflite_fast.phase import dask_backend
+from aflite_fast.phase import local
+from aflite_fast.phase import partitions
 
 INTERNALS = ("Traceback", "allow_pickle", "object at 0x", "Unable to allocate", "ast.")
 
@@ -68,7 +71,7 @@ def test_foreign_checkpoint_files_are_refused_naming_the_flag(files, capsys):
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc, a directory no one can write")
 def test_unwritable_checkpoint_is_refused_before_phase_0(files, capsys, monkeypatch):
-    from aflite_fast import aflite, engine
+    from aflite_fast import aflite
 
     line = _refused(files, capsys, "--checkpoint", "/proc/self/run.ckpt.npz")
     assert "--checkpoint '/proc/self/run.ckpt.npz' cannot be written" in line
@@ -76,7 +79,7 @@ def test_unwritable_checkpoint_is_refused_before_phase_0(files, capsys, monkeypa
     def no_phase(*args, **kwargs):
         raise AssertionError("a phase was scored before the checkpoint was checked")
 
-    monkeypatch.setattr(engine, "score_phase", no_phase)
+    monkeypatch.setattr(local, "score_phase", no_phase)
     X, y = np.load(files / "X.npy"), np.load(files / "y.npy")
     with pytest.raises(ValueError, match="checkpoint '/proc/self/run.ckpt.npz' cannot be written"):
         aflite(X, y, target_size=200, train_size=0.5, n_partitions=4, checkpoint="/proc/self/run.ckpt.npz")
@@ -91,7 +94,7 @@ def test_text_transition_file_gets_no_unpickling_advice(files, capsys):
 @pytest.mark.parametrize("old,new", [(b"'descr': '<f4'", b"'descr': abc_"), (b"(3, 2)", b"(3, x)"),
                                      (b"{'descr'", b"['descr'"), (b"'fortran_order': False", b"'fortran': 0")])
 def test_corrupt_npy_header_is_described_in_plain_words(files, capsys, old, new):
-    from aflite_fast.data import open_embeddings
+    from aflite_fast.io.inputs import open_embeddings
 
     _corrupt_npy(files / "bad.npy", old, new)
     with pytest.raises(ValueError, match=r"has a corrupt \.npy header") as exc:
@@ -140,7 +143,7 @@ def test_missing_labels_on_the_command_line(files, capsys):
 
 
 def test_memory_need_over_the_budget_is_refused_before_allocating(files, capsys, monkeypatch):
-    from aflite_fast import aflite, engine, oof_predict_proba
+    from aflite_fast import aflite, oof_predict_proba
 
     line = _refused(files, capsys, "--n-partitions", "1000000000")
     assert "--n-partitions" in line and "1000000000 partitions" in line and " TB " in line
@@ -150,7 +153,7 @@ def test_memory_need_over_the_budget_is_refused_before_allocating(files, capsys,
     def no_draw(*args, **kwargs):
         raise AssertionError("partitions were drawn before the budget was checked")
 
-    monkeypatch.setattr(engine, "partition_train_positions", no_draw)
+    monkeypatch.setattr(partitions, "partition_train_positions", no_draw)
     X, y = np.load(files / "X.npy"), np.load(files / "y.npy")
     with pytest.raises(MemoryError, match=r"max_memory=.* does not cover .* \(\d+(\.\d+)? TB for 400 active rows "
                                           r"and 1000000000 partitions\)"):
@@ -161,9 +164,8 @@ def test_memory_need_over_the_budget_is_refused_before_allocating(files, capsys,
 
 def test_unreachable_scheduler_fails_within_the_connect_timeout(files, capsys, monkeypatch):
     pytest.importorskip("distributed")
-    from aflite_fast import distributed
 
-    monkeypatch.setattr(distributed, "CONNECT_TIMEOUT", 1)
+    monkeypatch.setattr(dask_backend, "CONNECT_TIMEOUT", 1)
     line = _refused(files, capsys, "--scheduler", "tcp://127.0.0.1:1")
     assert "--scheduler 'tcp://127.0.0.1:1': no dask scheduler answered there within 1 s" in line
     line = _refused(files, capsys, "--scheduler", str(files / "nope.json"))

@@ -17,8 +17,13 @@ import numpy as np
 import pytest
 import scipy.optimize
 
-from aflite_fast import aflite, engine, kernel, predictability
-from aflite_fast import multiple_choice as mc
+from aflite_fast import aflite, predictability
+from aflite_fast.phase import local
+from aflite_fast.phase import partitions
+from aflite_fast.core import layout
+from aflite_fast.core import prediction
+from aflite_fast.core import solver
+from aflite_fast.phase import multiple_choice as mc
 from aflite_fast.cli import main
 
 
@@ -67,9 +72,9 @@ def test_kernel_optimum_equals_scipy_reference(seed, position_bias, K):
     train, test = np.arange(n), np.arange(n, n + 200)
     center = X[train].reshape(-1, d).mean(axis=0).astype(np.float32)
     Xa = mc.augment_items(X[train], center, position_bias)
-    coef, info = kernel.train_models(Xa, y[train].astype(np.int32), np.ones((n, 1), np.uint8), 1, C=C, group=K,
+    coef, info = solver.train_models(Xa, y[train].astype(np.int32), np.ones((n, 1), np.uint8), 1, C=C, group=K,
                                      n_free=Xa.shape[1] - d, precond="auto",
-                                     options=kernel.SolverOptions(tol=1e-9, max_iter=5000))
+                                     options=solver.SolverOptions(tol=1e-9, max_iter=5000))
     assert info["status"][0] == 0
     f = reference_objective(X[train], y[train], C, position_bias)
     n_params = d + (K - 1 if position_bias else 0)
@@ -80,7 +85,7 @@ def test_kernel_optimum_equals_scipy_reference(seed, position_bias, K):
     assert abs(f(ours)[0] - ref.fun) <= 1e-6 * abs(ref.fun)
     # held-out items: the same predictions and probabilities
     Xt = mc.augment_items(X[test], center, position_bias)
-    proba = kernel.predict_proba(Xt, coef[0], group=K)
+    proba = prediction.predict_proba(Xt, coef[0], group=K)
     s = X[test].astype(np.float64) @ ref.x[:d] + (np.concatenate(([0.0], ref.x[d:])) if position_bias else 0.0)
     p_ref = np.exp(s - s.max(axis=1, keepdims=True))
     p_ref /= p_ref.sum(axis=1, keepdims=True)
@@ -99,8 +104,8 @@ def test_member_pass_gradient_matches_reference(seed):
     Xa = mc.augment_items(X, None, True)
     member = (rng.random((n, B)) < 0.5).astype(np.uint8)
     coef = rng.standard_normal((B, Xa.shape[1], 1)) * 0.3
-    _, info = kernel.train_models(Xa, y.astype(np.int32), member, 1, C=1.0, group=K, n_free=K - 1,
-                                  coef=coef.copy(), options=kernel.SolverOptions(max_iter=0))
+    _, info = solver.train_models(Xa, y.astype(np.int32), member, 1, C=1.0, group=K, n_free=K - 1,
+                                  coef=coef.copy(), options=solver.SolverOptions(max_iter=0))
     for j in range(B):
         rows = np.flatnonzero(member[:, j])
         f = reference_objective(X[rows], y[rows], 1.0, True)
@@ -134,14 +139,14 @@ def test_bitwise_over_threads_memmap_and_budget(items, readonly_memmap, position
     _same(base, aflite(readonly_memmap(X), y, n_jobs=2, **run))
     # a budget that splits every phase's partitions into several blocks (no workspace reuse)
     blocks = []
-    real = engine.score_phase
+    real = local.score_phase
 
     def record(*args, **kw):
         res = real(*args, **kw)
         blocks.append(res.n_blocks)
         return res
 
-    monkeypatch.setattr(engine, "score_phase", record)
+    monkeypatch.setattr(local, "score_phase", record)
     _same(base, aflite(X, y, n_jobs=1, max_memory="500KB", **run))
     assert max(blocks) > 1
     # predictability: the same first phase
@@ -211,7 +216,7 @@ def test_refusals(items):
         aflite(X[:, 0], y, position_bias=True, **RUN)
     # the kernel refuses classes with group > 1
     with pytest.raises(ValueError, match="n_classes must be 1"):
-        kernel.train_models(mc.augment_items(X[:10]), y[:10].astype(np.int32), np.ones((10, 1), np.uint8), 2,
+        solver.train_models(mc.augment_items(X[:10]), y[:10].astype(np.int32), np.ones((10, 1), np.uint8), 2,
                             group=4)
 
 
@@ -242,7 +247,7 @@ def test_cli_filter_reads_3d_npy(items, tmp_path):
 
 
 def test_synthetic_generator(seed):
-    from aflite_fast.synthetic import make_multiple_choice
+    from aflite_fast.experiments.synthetic_data import make_multiple_choice
 
     data = make_multiple_choice(800, n_candidates=3, artifact_share=0.25, random_state=seed)
     assert data.X.shape == (800, 3, 6) and data.X.dtype == np.float32
@@ -283,19 +288,19 @@ def test_one_pass_per_row_block_is_bitwise_the_two_passes(seed, K, d, position_b
     """With the cross-entropy loss the kernel takes an item's scores, loss step and gradient
     in one pass; a whole phase (every solver round) gives the bits of scores first, gradient
     after, for 2-4 candidates, one and two logit slices, with and without position bias."""
-    from aflite_fast import _kernel
+    from aflite_fast.core import _kernel
 
     rng = np.random.default_rng([seed, 303, K, d])
     n = 1500 if d < 1000 else 400
     X, y = make_items(rng, n, K, d)
     center = np.zeros(d, dtype=np.float32)
-    train_pos = engine.partition_train_positions(seed, 0, n, n // 4, 8)
+    train_pos = partitions.partition_train_positions(seed, 0, n, n // 4, 8)
     active = np.arange(n, dtype=np.int64)
     results = []
     try:
         for fused in (True, False):
             _kernel._fuse_items(fused)
-            results.append(engine.score_phase(X, y.astype(np.int32), active, center, train_pos,
+            results.append(local.score_phase(X, y.astype(np.int32), active, center, train_pos,
                                               n_classes=K, n_threads=n_threads,
                                               position_bias=position_bias))
     finally:
@@ -314,11 +319,11 @@ def test_threads_over_reduction_groups_are_bitwise_one_thread(loss):
     n, K, d = 9000, 4, 24
     X, y = make_items(rng, n, K, d)
     # four reduction groups of at least REDUCE_MIN_ROWS candidate rows: two per thread at 2
-    assert kernel.reduction_group_rows(n * K) * 4 >= n * K >= 4 * kernel.REDUCE_MIN_ROWS
+    assert layout.reduction_group_rows(n * K) * 4 >= n * K >= 4 * layout.REDUCE_MIN_ROWS
     center = X.reshape(n * K, d).mean(axis=0, dtype=np.float64).astype(np.float32)
-    train_pos = engine.partition_train_positions(5, 0, n, n // 10, 16)
+    train_pos = partitions.partition_train_positions(5, 0, n, n // 10, 16)
     active = np.arange(n, dtype=np.int64)
-    runs = [engine.score_phase(X, y.astype(np.int32), active, center, train_pos, n_classes=K,
+    runs = [local.score_phase(X, y.astype(np.int32), active, center, train_pos, n_classes=K,
                                n_threads=t, loss=loss, position_bias=True) for t in (1, 2, 3)]
     for other in runs[1:]:
         for field in ("coef", "correct", "prob_label", "seen", "n_eval", "n_iter"):
@@ -338,9 +343,9 @@ def test_item_centered_is_numpys_mean_formula_bitwise(K):
     before = rows.copy()
     items = rows.reshape(-1, K, rows.shape[1])
     want = (items - items.mean(axis=1, keepdims=True, dtype=np.float64).astype(np.float32)).reshape(rows.shape)
-    got = kernel.item_centered(rows, np.arange(300), K)
+    got = layout.item_centered(rows, np.arange(300), K)
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
     assert np.array_equal(rows.view(np.uint32), before.view(np.uint32))
     some = np.array([4, 0, 299, 17])
-    sub = kernel.item_centered(rows, some, K)
+    sub = layout.item_centered(rows, some, K)
     assert np.array_equal(sub.view(np.uint32), want.reshape(-1, K, 37)[some].reshape(-1, 37).view(np.uint32))

@@ -24,11 +24,13 @@ import os
 import numpy as np
 import pytest
 
-from aflite_fast import aflite, engine, predictability, report
+from aflite_fast import aflite, predictability
+from aflite_fast.cli import _figure
+from aflite_fast.phase import local
 from aflite_fast.cli import main
-from aflite_fast.groups import select_groups
-from aflite_fast.null import NULL_TAG, null_seed, permuted_labels, summarize
-from aflite_fast.synthetic import make_biased_circles
+from aflite_fast.phase.groups import select_groups
+from aflite_fast.filtering.null import NULL_TAG, null_seed, permuted_labels, summarize
+from aflite_fast.experiments.synthetic_data import make_biased_circles
 
 N = 1000
 RUN = dict(target_size=250, n_partitions=16, train_size=0.2, slice_size=20, tau=0.75, progress=False,
@@ -203,7 +205,7 @@ def test_resume_carries_the_null(circles, tmp_path, monkeypatch):
     full = aflite(X, y, **run)
     assert len(full.history) >= 3
     path = tmp_path / "null.ckpt.npz"
-    real, calls = engine.score_phase, []
+    real, calls = local.score_phase, []
 
     def interrupted(*args, **kw):  # 1 + n_null calls per phase: stop as phase 2 starts
         calls.append(1)
@@ -212,7 +214,7 @@ def test_resume_carries_the_null(circles, tmp_path, monkeypatch):
         return real(*args, **kw)
 
     with monkeypatch.context() as m:
-        m.setattr(engine, "score_phase", interrupted)
+        m.setattr(local, "score_phase", interrupted)
         with pytest.raises(KeyboardInterrupt):
             aflite(X, y, checkpoint=path, **run)
     resumed = aflite(X, y, checkpoint=path, **dict(run, n_jobs=2))
@@ -254,18 +256,18 @@ def test_cli_null_in_report_json_and_figure(tmp_path, circles, capsys):
     assert all(set(NULL_FIELDS) <= set(h) for h in rep["history"])
     assert rep["stop_reason"] == api.stop_reason
     # the filtering curve draws the null's mean and margin
-    plt = report.require_matplotlib()
+    plt = _figure.require_matplotlib()
     fig, ax = plt.subplots()
-    report.filtering_curve(ax, rep)
+    _figure.filtering_curve(ax, rep)
     labels = [line.get_label() for line in ax.get_lines()] + [c.get_label() for c in ax.collections]
     plt.close(fig)
     assert ">= tau, labels permuted (mean of 2)" in labels and "+ margin of stop='null'" in labels
-    report.draw_report(rep, str(tmp_path / "r.png"))
+    _figure.draw_report(rep, str(tmp_path / "r.png"))
     assert (tmp_path / "r.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # a run without the null draws neither
     plain = dict(rep, history=[{k: v for k, v in h.items() if k not in NULL_FIELDS} for h in rep["history"]])
     fig, ax = plt.subplots()
-    report.filtering_curve(ax, plain)
+    _figure.filtering_curve(ax, plain)
     assert len(ax.get_lines()) == 3 and not ax.collections
     plt.close(fig)
     # bad flags: exit code 2, one line naming the flag, nothing written

@@ -1,4 +1,4 @@
-"""Tests of out-of-sample probabilities (aflite_fast.oof) and the label-issue filters.
+"""Tests of out-of-sample probabilities (aflite_fast.filtering.oof) and the label-issue filters.
 
 Claims checked:
 a. with the same folds, oof_predict_proba equals scikit-learn's
@@ -22,9 +22,8 @@ from sklearn.model_selection import KFold, StratifiedKFold, cross_val_predict
 from threadpoolctl import threadpool_limits
 
 from aflite_fast import predictability
-from aflite_fast.label_issues import (annealed_thresholds, annealing_issues, audit, filter_label_issues,
-                                      self_confidence_issues)
-from aflite_fast.oof import make_folds, oof_predict_proba, oof_run
+from aflite_fast.filtering.label_issues import annealed_thresholds, annealing_issues, audit, filter_label_issues, self_confidence_issues
+from aflite_fast.filtering.oof import make_folds, oof_predict_proba, oof_run
 
 
 @pytest.fixture

@@ -13,7 +13,8 @@ import warnings
 import numpy as np
 import pytest
 
-from aflite_fast import oof, oof_predict_proba
+from aflite_fast.filtering import oof
+from aflite_fast import oof_predict_proba
 from aflite_fast.cli import main
 
 N = 600

@@ -11,8 +11,9 @@ d. ``gather_rows`` on sorted rows equals ``X[rows] - center`` whatever its scrat
 import numpy as np
 import pytest
 
-from aflite_fast import aflite, engine
-from aflite_fast.data import gather_rows
+from aflite_fast import aflite
+from aflite_fast.phase import local
+from aflite_fast.io.inputs import gather_rows
 
 N, D_FEAT = 8000, 128
 KW = dict(target_size=7550, n_partitions=6, train_size=400, slice_size=150, tau=0.6,
@@ -20,7 +21,7 @@ KW = dict(target_size=7550, n_partitions=6, train_size=400, slice_size=150, tau=
 # bytes: the float32 file is 4.1 MB, the float16 file 2 MB; about 0.68 MB of the budget goes
 # to the per-row arrays, one partition's training needs about 0.35 MB more (rows, solver
 # state, the preconditioner product's packing buffer) and two about 0.73 MB; the solver's
-# preconditioner needs about 0.53 MB for a moment before training (engine.preconditioner_bytes),
+# preconditioner needs about 0.53 MB for a moment before training (preconditioner.phase_preconditioner_bytes),
 # its diagonal form about 0.4 MB.
 SMALL = 1_300_000
 
@@ -35,14 +36,14 @@ def problem(seed, make_problem):
 def phase_log(monkeypatch):
     """Records (n_blocks, n_chunks) of every phase scored through the engine."""
     log = []
-    real = engine.score_phase
+    real = local.score_phase
 
     def spy(*args, **kwargs):
         res = real(*args, **kwargs)
         log.append((res.n_blocks, res.n_chunks))
         return res
 
-    monkeypatch.setattr(engine, "score_phase", spy)
+    monkeypatch.setattr(local, "score_phase", spy)
     return log
 
 
@@ -125,8 +126,8 @@ def test_gather_rows_threads_write_the_same_rows(readonly_memmap, seed, dtype, n
     """Threads read contiguous ranges of the rows (with their share of the pieces' buffer):
     the same values as one thread, for arrays and memory maps, contiguous runs and picked
     rows, in rows padded as the kernel's."""
-    from aflite_fast import kernel
-    from aflite_fast._threads import MIN_ROWS_PER_THREAD
+    from aflite_fast.core import layout
+    from aflite_fast.runtime.threads import MIN_ROWS_PER_THREAD
 
     rng = np.random.default_rng(seed)
     n = 3 * MIN_ROWS_PER_THREAD + 17
@@ -135,10 +136,10 @@ def test_gather_rows_threads_write_the_same_rows(readonly_memmap, seed, dtype, n
     cases = [np.arange(n), np.sort(rng.choice(n, n - 900, replace=False)), np.arange(5, 4000)]
     for source in (X, readonly_memmap(X)):
         for rows in cases:
-            want = gather_rows(source, rows, center, kernel.empty_rows(rows.size, 22), 4096)
-            buf = kernel.row_buffer(rows.size, 22)
+            want = gather_rows(source, rows, center, layout.empty_rows(rows.size, 22), 4096)
+            buf = layout.row_buffer(rows.size, 22)
             buf[:] = np.nan
-            out = kernel.empty_rows(rows.size, 22, buf, n_threads=n_threads)
+            out = layout.empty_rows(rows.size, 22, buf, n_threads=n_threads)
             got = gather_rows(source, rows, center, out, 4096, n_threads=n_threads)
             np.testing.assert_array_equal(got, want)
-            assert np.all(kernel.padded_rows(buf, rows.size, 22)[:, 22:] == 0)
+            assert np.all(layout.padded_rows(buf, rows.size, 22)[:, 22:] == 0)

@@ -1,4 +1,4 @@
-"""Tests of the solver's preconditioner in its forms (kernel.preconditioner, engine's choice).
+"""Tests of the solver's preconditioner in its forms (preconditioning.preconditioner, engine's choice).
 
 a. The low-rank form (Woodbury identity) is the dense form's matrix; the diagonal form is the
    inverse of that matrix's diagonal; the dense and diagonal forms do not depend on how the
@@ -10,7 +10,7 @@ c. Training with each form: a block of models gives bitwise each model's result 
 d. Wide rows (fewer rows than columns): the estimator builds no preconditioner (measured
    fastest there) and reaches scikit-learn's optimum.
 e. The choice of form: none where the sample has fewer rows than columns, dense up to
-   kernel.DENSE_MAX_COLUMNS, else diagonal; a budget too small for one falls back to the next
+   preconditioning.DENSE_MAX_COLUMNS, else diagonal; a budget too small for one falls back to the next
    (down to none), never to a MemoryError.
 """
 import warnings
@@ -20,13 +20,17 @@ import pytest
 from sklearn.linear_model import LogisticRegression
 from threadpoolctl import threadpool_limits
 
-from aflite_fast import RobustLogisticRegression, _kernel, engine, kernel
+from aflite_fast import RobustLogisticRegression
+from aflite_fast.core import _kernel
+from aflite_fast.core import preconditioning
+from aflite_fast.core import layout
+from aflite_fast.core import solver
 
 
 def _rows(make_problem, seed, n, d, n_classes=3):
     rng = np.random.default_rng([seed, n, d])
     X, y = make_problem(rng, n, d, n_classes, signal=0.5)
-    Xa = np.ascontiguousarray(kernel.augment_rows(X, X.mean(axis=0).astype(np.float32)))
+    Xa = np.ascontiguousarray(layout.augment_rows(X, X.mean(axis=0).astype(np.float32)))
     return Xa, y.astype(np.int32)
 
 
@@ -35,23 +39,23 @@ def test_forms_are_the_matrix_they_claim(seed, make_problem):
     n, D = Xa.shape
     l2 = 1e-3
     M = (2 / 9) * (Xa.T.astype(np.float64) @ Xa) / n + l2 * np.eye(D)
-    dense = kernel.preconditioner(Xa, 3, l2, form="dense")
-    low = kernel.preconditioner(Xa, 3, l2, form="lowrank")
-    diag = kernel.preconditioner(Xa, 3, l2, form="diagonal")
+    dense = preconditioning.preconditioner(Xa, 3, l2, form="dense")
+    low = preconditioning.preconditioner(Xa, 3, l2, form="lowrank")
+    diag = preconditioning.preconditioner(Xa, 3, l2, form="diagonal")
     assert low.factor.shape == (n, D) and low.core.shape == (n, n) and low.form == "lowrank"
     np.testing.assert_allclose(dense.matrix() @ M, np.eye(D), atol=2e-3)
     np.testing.assert_allclose(low.matrix() @ M, np.eye(D), atol=2e-3)
     np.testing.assert_allclose(diag.diag, 1.0 / np.diag(M), rtol=1e-5)
-    assert kernel.preconditioner(Xa, 3, l2, form="none").matrix() is None
+    assert preconditioning.preconditioner(Xa, 3, l2, form="none").matrix() is None
     with pytest.raises(ValueError, match="form must be one of"):
-        kernel.preconditioner(Xa, 3, l2, form="sparse")
+        preconditioning.preconditioner(Xa, 3, l2, form="sparse")
 
 
 @pytest.mark.parametrize("form", ["dense", "diagonal"])
 def test_chunked_sample_and_threads_give_the_same_bits(seed, make_problem, form):
     Xa, _ = _rows(make_problem, seed, 3000, 40)
-    whole = kernel.preconditioner(Xa, 3, 1e-4, n_threads=1, form=form)
-    chunks = kernel.preconditioner((Xa[i:i + 512] for i in range(0, 3000, 512)), 3, 1e-4, n_threads=2,
+    whole = preconditioning.preconditioner(Xa, 3, 1e-4, n_threads=1, form=form)
+    chunks = preconditioning.preconditioner((Xa[i:i + 512] for i in range(0, 3000, 512)), 3, 1e-4, n_threads=2,
                                    form=form)
     assert np.array_equal(whole.matrix(), chunks.matrix())
 
@@ -60,9 +64,9 @@ def test_chunked_sample_and_threads_give_the_same_bits(seed, make_problem, form)
 def test_kernel_product_is_h0_v_whatever_the_threads_and_columns(seed, make_problem, form):
     Xa, _ = _rows(make_problem, seed, 200, 300)
     D = Xa.shape[1]
-    pre = kernel.preconditioner(Xa, 3, 1e-3, form=form)
+    pre = preconditioning.preconditioner(Xa, 3, 1e-3, form=form)
     V = np.random.default_rng(seed).standard_normal((D, 12)).astype(np.float32)
-    cb = kernel.block_bounds(D, kernel.COL_BLOCK)
+    cb = layout.block_bounds(D, layout.COL_BLOCK)
 
     def apply(V, threads):
         O = np.empty(V.shape, dtype=np.float64)
@@ -83,12 +87,12 @@ def test_block_of_models_bitwise_as_each_alone(seed, make_problem, form):
     n = Xa.shape[0]
     rng = np.random.default_rng([seed, 1])
     member = (rng.random((n, 3)) < 0.5).astype(np.uint8)
-    pre = kernel.preconditioner(Xa, 3, 1.0 / (n / 2), form=form)
-    opts = kernel.SolverOptions(tol=1e-5)
-    block, info = kernel.train_models(Xa, y, member, 3, precond=pre, options=opts, n_threads=2)
+    pre = preconditioning.preconditioner(Xa, 3, 1.0 / (n / 2), form=form)
+    opts = solver.SolverOptions(tol=1e-5)
+    block, info = solver.train_models(Xa, y, member, 3, precond=pre, options=opts, n_threads=2)
     assert np.all(info["status"] == _kernel.STATUS_CONVERGED)
     for j in range(3):
-        alone, _ = kernel.train_models(Xa, y, np.ascontiguousarray(member[:, [j]]), 3, precond=pre,
+        alone, _ = solver.train_models(Xa, y, np.ascontiguousarray(member[:, [j]]), 3, precond=pre,
                                        options=opts, n_threads=1)
         assert np.array_equal(block[j], alone[0])
 
@@ -99,14 +103,14 @@ def test_wide_rows_build_no_preconditioner_and_reach_sklearns_optimum(seed, make
     rng = np.random.default_rng([seed, n, d])
     X, y = make_problem(rng, n + 500, d, n_classes, signal=0.5)
     forms = []
-    real = kernel.preconditioner
+    real = preconditioning.preconditioner
 
     def spy(*args, **kwargs):
         out = real(*args, **kwargs)
         forms.append(out.form)
         return out
 
-    monkeypatch.setattr(kernel, "preconditioner", spy)
+    monkeypatch.setattr(preconditioning, "preconditioner", spy)
     ours = RobustLogisticRegression(tol=1e-7, max_iter=5000).fit(X[:n], y[:n])
     assert forms == ["none"]  # no d x d matrix, no n x n system
     mu = X[:n].mean(axis=0, dtype=np.float64)
@@ -120,21 +124,21 @@ def test_wide_rows_build_no_preconditioner_and_reach_sklearns_optimum(seed, make
 
 def test_choice_of_form_from_sizes_and_budget():
     big = 1 << 40
-    assert kernel.preconditioner_forms(400, 20001) == ["none"]  # wide: plain L-BFGS in the rows' span
-    assert kernel.preconditioner_forms(3000, 4001) == ["none"]
-    assert kernel.preconditioner_forms(50000, 769)[0] == "dense"
-    assert kernel.preconditioner_forms(50000, kernel.DENSE_MAX_COLUMNS + 1)[0] == "diagonal"
-    assert kernel.preconditioner_forms(9000, 8001)[0] == "diagonal"
-    assert engine.phase_preconditioner_form(200000, 768, big) == "dense"
-    assert engine.phase_preconditioner_form(400, 20000, big) == "none"
+    assert preconditioning.preconditioner_forms(400, 20001) == ["none"]  # wide: plain L-BFGS in the rows' span
+    assert preconditioning.preconditioner_forms(3000, 4001) == ["none"]
+    assert preconditioning.preconditioner_forms(50000, 769)[0] == "dense"
+    assert preconditioning.preconditioner_forms(50000, preconditioning.DENSE_MAX_COLUMNS + 1)[0] == "diagonal"
+    assert preconditioning.preconditioner_forms(9000, 8001)[0] == "diagonal"
+    assert preconditioning.phase_preconditioner_form(200000, 768, big) == "dense"
+    assert preconditioning.phase_preconditioner_form(400, 20000, big) == "none"
     with pytest.warns(RuntimeWarning, match="using the diagonal form"):
-        assert engine.phase_preconditioner_form(200000, 768, 10_000_000) == "diagonal"
+        assert preconditioning.phase_preconditioner_form(200000, 768, 10_000_000) == "diagonal"
     with pytest.warns(RuntimeWarning, match="using no preconditioner"):
-        assert engine.phase_preconditioner_form(200000, 768, 1000) == "none"
+        assert preconditioning.phase_preconditioner_form(200000, 768, 1000) == "none"
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        engine.phase_preconditioner_form(200000, 768, 10 * engine.preconditioner_bytes(200000, 768, big))
-        engine.phase_preconditioner_form(400, 20000, 1000)  # nothing to fall back from
+        preconditioning.phase_preconditioner_form(200000, 768, 10 * preconditioning.phase_preconditioner_bytes(200000, 768, big))
+        preconditioning.phase_preconditioner_form(400, 20000, 1000)  # nothing to fall back from
 
 
 @pytest.mark.parametrize("n_columns,expected", [(101, 2048), (769, 8 * 769), (2047, 8 * 2047),
@@ -142,8 +146,8 @@ def test_choice_of_form_from_sizes_and_budget():
 def test_dense_sample_rows_capped_but_at_least_four_per_column(n_columns, expected):
     """Eight rows per column, at most 16,384 rows unless that leaves fewer than four per
     column, at least 2,048; never more rows than there are; evenly spaced and sorted."""
-    sample = kernel.preconditioner_sample(10**6, n_columns)
+    sample = preconditioning.preconditioner_sample(10**6, n_columns)
     assert sample.size == expected
     assert np.all(np.diff(sample) > 0)
-    assert kernel.preconditioner_sample(1000, n_columns).size == 1000
-    assert kernel.preconditioner_sample(10**6, n_columns, "diagonal").size == 2048
+    assert preconditioning.preconditioner_sample(1000, n_columns).size == 1000
+    assert preconditioning.preconditioner_sample(10**6, n_columns, "diagonal").size == 2048

@@ -1,6 +1,6 @@
 """The reduction tree of the member pass: partial sums of whole groups of rows, computed apart
-and added by ``kernel.combine_nodes``, drive the solver (``kernel.train_models_with``) to
-bitwise the models of one ``kernel.train_models`` call on all the rows.
+and added by ``layout.combine_nodes``, drive the solver (``solver.train_models_with``) to
+bitwise the models of one ``solver.train_models`` call on all the rows.
 
 a. Any split of the rows into runs of whole groups, with a warm-up loss (truncated GCE) too.
 b. One group (small X) is the sum in super-block order: the same bits as without groups.
@@ -13,9 +13,11 @@ import os
 import numpy as np
 import pytest
 
-from aflite_fast import kernel
-from aflite_fast import multiple_choice as mc
-from aflite_fast.losses import resolve_loss
+from aflite_fast.core import layout
+from aflite_fast.core import preconditioning
+from aflite_fast.core import solver
+from aflite_fast.phase import multiple_choice as mc
+from aflite_fast.core.losses import resolve_loss
 
 
 # several reduction groups even on the small X of these tests
@@ -32,7 +34,7 @@ def _problem(seed, n=5000, d=20, n_classes=3, n_models=5):
     X = (rng.standard_normal((n, d)) * (1.0 + np.arange(d)) ** -1.0).astype(np.float32)
     y = rng.integers(0, n_classes, n).astype(np.int32)
     member = (rng.random((n, n_models)) < 0.3).astype(np.uint8)
-    return kernel.augment_rows(X), y, member
+    return layout.augment_rows(X), y, member
 
 
 def _split_evaluate(Xa, y, member, positions, leaves, cuts, group=1):
@@ -42,15 +44,15 @@ def _split_evaluate(Xa, y, member, positions, leaves, cuts, group=1):
     n = y.shape[0]
     for i, (a, b) in enumerate(zip(cuts[:-1], cuts[1:])):
         lo = 0 if i == 0 else int(leaves[a])
-        hi = kernel.REDUCE_LEAVES if b == n else int(leaves[b - 1]) + 1
-        rows = kernel.MemberRows(Xa[a * group:b * group], y[a:b], member[a:b], positions[a:b], leaves[a:b], group)
+        hi = layout.REDUCE_LEAVES if b == n else int(leaves[b - 1]) + 1
+        rows = solver.MemberRows(Xa[a * group:b * group], y[a:b], member[a:b], positions[a:b], leaves[a:b], group)
         holders.append((rows, (lo, hi)))
 
     def evaluate(models, W, scale, loss):
         nodes = []
         for rows, leaf_range in reversed(holders):  # any order: the tree fixes the additions
             nodes.extend(rows.sums(models, W, scale, loss, leaf_range))
-        return kernel.combine_nodes(nodes)
+        return layout.combine_nodes(nodes)
 
     return evaluate
 
@@ -61,12 +63,12 @@ def test_split_sums_give_the_same_models(seed, loss, cuts):
     Xa, y, member = _problem(seed)
     n, D = Xa.shape
     positions = np.arange(n, dtype=np.int64)
-    leaves = positions // kernel.reduction_group_rows(n)
+    leaves = positions // layout.reduction_group_rows(n)
     assert leaves[-1] + 1 == 8  # groups of 625 rows
-    pre = kernel.preconditioner(Xa[::2], 3, 1e-3)
-    whole, info = kernel.train_models(Xa, y, member, 3, loss=loss, positions=positions, precond=pre, leaves=leaves)
+    pre = preconditioning.preconditioner(Xa[::2], 3, 1e-3)
+    whole, info = solver.train_models(Xa, y, member, 3, loss=loss, positions=positions, precond=pre, leaves=leaves)
     evaluate = _split_evaluate(Xa, y, member, positions, leaves, cuts)
-    split, info_split = kernel.train_models_with(evaluate, member.sum(axis=0), D, 3, loss=loss, precond=pre)
+    split, info_split = solver.train_models_with(evaluate, member.sum(axis=0), D, 3, loss=loss, precond=pre)
     assert info["n_iter"].min() >= 2
     np.testing.assert_array_equal(split, whole)
     for key in ("n_iter", "status", "n_eval", "objective"):
@@ -85,20 +87,20 @@ def test_multiple_choice_split_sums_and_one_group(seed, position_bias):
     n_free = D - d
     member = (rng.random((n, 4)) < 0.4).astype(np.uint8)
     positions = np.arange(n, dtype=np.int64)
-    leaves = positions // kernel.reduction_group_rows(n)  # two groups of 900 items
+    leaves = positions // layout.reduction_group_rows(n)  # two groups of 900 items
     kw = dict(loss="gce", loss_params={"q": 0.5}, positions=positions, group=K, n_free=n_free)
-    whole, info = kernel.train_models(Xa, y, member, 1, leaves=leaves, **kw)
+    whole, info = solver.train_models(Xa, y, member, 1, leaves=leaves, **kw)
     evaluate = _split_evaluate(Xa, y, member, positions, leaves, [0, 900, n], group=K)
-    split, info_split = kernel.train_models_with(evaluate, member.sum(axis=0), D, 1, C=1.0,
+    split, info_split = solver.train_models_with(evaluate, member.sum(axis=0), D, 1, C=1.0,
                                                  loss=resolve_loss("gce", {"q": 0.5}, K), n_free=n_free)
     assert info["n_iter"].min() >= 2
     np.testing.assert_array_equal(split, whole)
     np.testing.assert_array_equal(info_split["n_eval"], info["n_eval"])
     # one group: the item pass without groups, in super-block order
     first = slice(0, 500)
-    a, _ = kernel.train_models(Xa[:500 * K], y[first], member[first], 1, leaves=np.zeros(500, np.int64),
+    a, _ = solver.train_models(Xa[:500 * K], y[first], member[first], 1, leaves=np.zeros(500, np.int64),
                                **dict(kw, positions=positions[first] * 3))
-    b, _ = kernel.train_models(Xa[:500 * K], y[first], member[first], 1, **dict(kw, positions=positions[first] * 3))
+    b, _ = solver.train_models(Xa[:500 * K], y[first], member[first], 1, **dict(kw, positions=positions[first] * 3))
     np.testing.assert_array_equal(a, b)
 
 
@@ -106,8 +108,8 @@ def test_one_group_is_the_sum_in_order(seed):
     Xa, y, member = _problem(seed, n=500)
     positions = np.arange(500, dtype=np.int64) * 3  # several row blocks, one group
     leaves = np.zeros(500, dtype=np.int64)
-    a, _ = kernel.train_models(Xa, y, member, 3, positions=positions, leaves=leaves)
-    b, _ = kernel.train_models(Xa, y, member, 3, positions=positions)
+    a, _ = solver.train_models(Xa, y, member, 3, positions=positions, leaves=leaves)
+    b, _ = solver.train_models(Xa, y, member, 3, positions=positions)
     np.testing.assert_array_equal(a, b)
 
 
@@ -115,12 +117,12 @@ def test_layout_of_a_subset(seed):
     rng = np.random.default_rng(seed)
     positions = np.sort(rng.choice(20000, 6000, replace=False)).astype(np.int64)
     leaves = positions // 1300
-    rb, sb, gb, gl = kernel.reduction_layout(positions, leaves, 400)
-    key = lambda p, l: list(zip(l[rb[:-1]].tolist(), (p[rb[:-1]] // kernel.ROW_BLOCK).tolist()))  # noqa: E731
+    rb, sb, gb, gl = layout.reduction_layout(positions, leaves, 400)
+    key = lambda p, l: list(zip(l[rb[:-1]].tolist(), (p[rb[:-1]] // layout.ROW_BLOCK).tolist()))  # noqa: E731
     assert len(set(key(positions, leaves))) == rb.size - 1  # one block per (group, run of 512 positions)
     assert np.all(np.diff(gl) > 0) and gb[-1] == sb.size - 1
     part = (leaves >= 4) & (leaves < 9)
-    rb2, sb2, gb2, gl2 = kernel.reduction_layout(positions[part], leaves[part], 400)
+    rb2, sb2, gb2, gl2 = layout.reduction_layout(positions[part], leaves[part], 400)
     np.testing.assert_array_equal(gl2, gl[(gl >= 4) & (gl < 9)])
     first = np.flatnonzero(part)[0]
     inside = (rb[:-1] >= first) & (rb[:-1] < first + part.sum())
@@ -133,7 +135,7 @@ def test_combine_nodes_takes_any_order_and_absent_subtrees():
     tree = {(0, i): v for i, v in leaves.items()}
     # by hand: ((l0 + l1) + l2) + l5, as the tree adds them
     expect = ((leaves[0] + leaves[1]) + leaves[2]) + leaves[5]
-    got = kernel.combine_nodes([(1, 0, leaves[0] + leaves[1]), (0, 5, leaves[5]), (0, 2, leaves[2])], n_leaves=8)
+    got = layout.combine_nodes([(1, 0, leaves[0] + leaves[1]), (0, 5, leaves[5]), (0, 2, leaves[2])], n_leaves=8)
     np.testing.assert_array_equal(got, expect)
-    np.testing.assert_array_equal(kernel.combine_nodes([(l, i, v) for (l, i), v in tree.items()], 8), expect)
-    assert kernel.combine_nodes([], 8) is None
+    np.testing.assert_array_equal(layout.combine_nodes([(l, i, v) for (l, i), v in tree.items()], 8), expect)
+    assert layout.combine_nodes([], 8) is None

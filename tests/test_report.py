@@ -19,7 +19,7 @@ import sys
 import numpy as np
 import pytest
 
-from aflite_fast import report
+from aflite_fast.cli import _figure
 from aflite_fast.cli import main
 
 DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs")
@@ -89,7 +89,7 @@ def test_plot_and_report_command_draw_a_png(files, capsys, output_files):
     # a report with no phase still draws (filter refuses a --target-size not below the rows,
     # so such a report comes from elsewhere, e.g. aflite(..., target_size=N) in Python)
     everything = {"kept": np.bincount(y).tolist(), "removed": [0, 0, 0]}
-    report.draw_report(dict(rep, history=[], n_kept=rep["n_rows"], class_counts=everything), tmp / "none.png")
+    _figure.draw_report(dict(rep, history=[], n_kept=rep["n_rows"], class_counts=everything), tmp / "none.png")
     _png_size(tmp / "none.png")
 
 
@@ -119,7 +119,7 @@ def test_missing_matplotlib_and_bad_dir(files, monkeypatch, capsys):
     out, _ = _run(tmp)
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now fails
     with pytest.raises(ImportError, match="pip install matplotlib"):
-        report.write_report_png(out)
+        _figure.write_report_png(out)
     assert main(["report", str(out)]) == 2
     assert "pip install matplotlib" in capsys.readouterr().err
     assert not (out / "report.png").exists()

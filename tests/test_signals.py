@@ -30,7 +30,8 @@ _HOOKED_RUN = textwrap.dedent("""
     import os, signal, sys, threading, time
     import numpy as np
     import aflite_fast.cli
-    from aflite_fast import engine, kernel
+    from aflite_fast.core import layout, solver
+    from aflite_fast.phase import local
 
     SIG = getattr(signal, os.environ["SIGNAL_NAME"])
     WHERE = os.environ["SIGNAL_WHERE"]
@@ -48,7 +49,7 @@ _HOOKED_RUN = textwrap.dedent("""
                 fh.write(str(time.perf_counter() - start))
 
     if WHERE == "numba":
-        real = engine.membership_matrix
+        real = local.membership_matrix
         rng = np.random.default_rng(0)
         big = rng.integers(0, 1_000_000, size=(32, 1_000_000))
         big_out = np.empty((1_000_000, 32), dtype=np.uint8)
@@ -59,22 +60,22 @@ _HOOKED_RUN = textwrap.dedent("""
             timed(lambda: real(big, 1_000_000, big_out))
             return real(train_positions, n_rows, out)
 
-        engine.membership_matrix = hooked
+        local.membership_matrix = hooked
     else:
-        real = kernel.train_models
+        real = solver.train_models
         rng = np.random.default_rng(0)
         X = rng.standard_normal((10000, 128)).astype(np.float32) * (1.0 + np.arange(128)) ** -1.0
         y = rng.integers(0, 3, size=10000).astype(np.int32)
-        Xa = kernel.augment_rows(X, X.mean(axis=0))
+        Xa = layout.augment_rows(X, X.mean(axis=0))
         member = (rng.random((10000, 8)) < 0.5).astype(np.uint8)
-        options = kernel.SolverOptions(tol=1e-12, max_iter=300)
+        options = solver.SolverOptions(tol=1e-12, max_iter=300)
 
         def hooked(*args, **kwargs):
             signal_soon()
             timed(lambda: real(Xa, y, member, 3, C=1e6, loss="ce", options=options, n_threads=2))
             return real(*args, **kwargs)
 
-        kernel.train_models = hooked
+        solver.train_models = hooked
     sys.exit(aflite_fast.cli.main())
 """)
 

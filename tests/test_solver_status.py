@@ -9,9 +9,10 @@ import pytest
 from sklearn.exceptions import ConvergenceWarning
 
 from aflite_fast import RobustLogisticRegression, aflite, predictability
-from aflite_fast._solver_status import status_counts, unmoved
+from aflite_fast.core.solver_status import status_counts, unmoved
 from aflite_fast.cli import main
-from aflite_fast.kernel import STATUS_NAMES
+from aflite_fast.core.solver import STATUS_NAMES
+from aflite_fast.phase import local
 
 M = 6  # partitions
 PARAMS = dict(target_size=150, n_partitions=M, train_size=100, slice_size=50, random_state=0)
@@ -136,12 +137,11 @@ def test_untrained_models_on_ordinary_data_are_refused(data):
 def test_untrained_null_models_are_refused_too(data, monkeypatch):
     """A permutation null counted from models that never left their start would be as
     meaningless as observed scores from them: aflite and predictability refuse it."""
-    from aflite_fast import engine
-    from aflite_fast.data import encode_labels
+    from aflite_fast.io.inputs import encode_labels
 
     X, y = data
     observed = encode_labels(y, len(y)).codes
-    real = engine.score_phase
+    real = local.score_phase
     stuck = next(code for code, name in STATUS_NAMES.items() if name == "line_search")
 
     def score_phase(X, codes, *args, **kwargs):
@@ -150,7 +150,7 @@ def test_untrained_null_models_are_refused_too(data, monkeypatch):
             res.n_iter[0], res.status[0] = 0, stuck
         return res
 
-    monkeypatch.setattr(engine, "score_phase", score_phase)
+    monkeypatch.setattr(local, "score_phase", score_phase)
     with pytest.raises(ValueError, match=rf"1 of {M} null model\(s\) did not move from their starting point"):
         aflite(X, y, progress=False, null="permutation", **PARAMS)
     with pytest.raises(ValueError, match=rf"1 of {M} null model\(s\) did not move"):

@@ -18,7 +18,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import cross_val_score
 
 import aflite_fast
-from aflite_fast.synthetic import SyntheticData, make_biased_circles, separation_levels
+from aflite_fast.experiments.synthetic_data import SyntheticData, make_biased_circles, separation_levels
 
 
 # ``seed`` is the shared fixture of tests/conftest.py (AFLITE_FAST_TEST_SEED overrides it).

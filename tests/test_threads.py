@@ -6,7 +6,7 @@ import types
 import pytest
 from threadpoolctl import threadpool_info
 
-from aflite_fast import _threads
+from aflite_fast.runtime import threads
 
 
 def _blas_threads():
@@ -17,18 +17,18 @@ def test_limit_blas_threads_caps_and_restores():
     before = _blas_threads()
     if not before:
         pytest.skip("no BLAS thread pool in this process")
-    with _threads.limit_blas_threads():
+    with threads.limit_blas_threads():
         assert set(_blas_threads()) == {1}
     assert _blas_threads() == before
     with pytest.raises(RuntimeError):
-        with _threads.limit_threads(None):
+        with threads.limit_threads(None):
             assert set(_blas_threads()) == {1}
             raise RuntimeError("inside")
     assert _blas_threads() == before
 
 
 def test_pools_are_found_again_after_an_import(monkeypatch):
-    first = _threads._thread_pools()
-    assert _threads._thread_pools() is first  # nothing imported since: kept
+    first = threads._thread_pools()
+    assert threads._thread_pools() is first  # nothing imported since: kept
     monkeypatch.setitem(sys.modules, "aflite_fast_test_new_module", types.ModuleType("x"))
-    assert _threads._thread_pools() is not first
+    assert threads._thread_pools() is not first

@@ -238,15 +238,15 @@ def test_robust_lr_rejects_bad_input(data):
     ("1GiB", 2**30), ("1Gi", 2**30), ("1gib", 2**30), ("512KiB", 512 * 2**10), ("2TiB", 2 * 2**40),
     ("1.5G", 1_500_000_000), ("1073741824", 2**30), ("100B", 100), (" 3 MiB ", 3 * 2**20), ("1e9", 10**9)])
 def test_memory_units(text, nbytes):
-    """Bare letters and xB are powers of 1000, xi and xiB powers of 1024 (aflite_fast._memory)."""
-    from aflite_fast._memory import parse_memory
+    """Bare letters and xB are powers of 1000, xi and xiB powers of 1024 (aflite_fast.runtime.memory)."""
+    from aflite_fast.runtime.memory import parse_memory
 
     assert parse_memory(text) == nbytes
 
 
 @pytest.mark.parametrize("text", ["1iB", "1GiBB", "G", "1 XB", "nan", "inf", "1e400", "-2G", "0.1B", ""])
 def test_memory_units_rejected(text):
-    from aflite_fast._memory import parse_memory
+    from aflite_fast.runtime.memory import parse_memory
 
     with pytest.raises(ValueError, match="max_memory|memory size"):
         parse_memory(text)

@@ -19,7 +19,9 @@ import time
 import numpy as np
 import pytest
 
-from aflite_fast import aflite, data, engine
+from aflite_fast import aflite
+from aflite_fast.io import inputs
+from aflite_fast.phase import local
 from aflite_fast.cli import main
 from aflite_fast.io.atomic import STATE_DIR
 from aflite_fast.io.fingerprint import ContentHash, block_rows
@@ -37,7 +39,7 @@ def problem(seed, make_problem):
     return make_problem(np.random.default_rng([seed, 190]), N, 10, 3, signal=0.7)
 
 
-def fingerprint(X, n_threads=None, scan=data.scan_rows):
+def fingerprint(X, n_threads=None, scan=inputs.scan_rows):
     with ContentHash(X.shape, X.dtype, n_threads) as content:
         scan(X, fingerprint=content)
     return content.hexdigest()
@@ -55,7 +57,7 @@ def test_fingerprint_depends_on_the_rows_only(tmp_path, monkeypatch, seed):
     assert fingerprint(X, n_threads=1) == reference
     assert fingerprint(np.asfortranarray(X)) == reference
     for chunk_bytes in (1, 150_000, 1 << 30):  # one block per chunk ... everything at once
-        monkeypatch.setattr(data, "SCAN_CHUNK_BYTES", chunk_bytes)
+        monkeypatch.setattr(inputs, "SCAN_CHUNK_BYTES", chunk_bytes)
         assert fingerprint(X) == reference
     with ContentHash(X.shape, X.dtype) as streamed:  # chunks off the block grid
         for a, b in ((0, 1), (1, 1771), (1771, 1772), (1772, 3001)):
@@ -79,7 +81,7 @@ def test_fingerprint_counts_every_row(seed):
 
 def test_fingerprint_on_dask_equals_local(seed):
     distributed = pytest.importorskip("distributed", reason="the dask backend needs dask.distributed")
-    from aflite_fast.distributed import DaskEmbeddings, scan_rows_dask
+    from aflite_fast.phase.dask_backend import DaskEmbeddings, scan_rows_dask
 
     X = np.random.default_rng([seed, 192]).standard_normal((5000, 37)).astype(np.float32)
     reference = fingerprint(X)
@@ -93,8 +95,8 @@ def test_fingerprint_on_dask_equals_local(seed):
 # --------------------------------------------------------------------------- b. resume on changed data
 
 def _stop_at_phase(monkeypatch, phase, action=None):
-    """Make engine.score_phase call ``action`` (or raise KeyboardInterrupt) when it scores ``phase``."""
-    real = engine.score_phase
+    """Make local.score_phase call ``action`` (or raise KeyboardInterrupt) when it scores ``phase``."""
+    real = local.score_phase
     calls = []
 
     def score_phase(*args, **kw):
@@ -107,7 +109,7 @@ def _stop_at_phase(monkeypatch, phase, action=None):
             action()
         return real(*args, **kw)
 
-    monkeypatch.setattr(engine, "score_phase", score_phase)
+    monkeypatch.setattr(local, "score_phase", score_phase)
 
 
 def test_resume_on_one_changed_row_is_refused(problem, tmp_path, monkeypatch, capsys):
@@ -154,7 +156,7 @@ def test_rewrite_during_a_run_is_found_at_the_next_phase(problem, tmp_path, monk
                                                    "(it was modified)")):
         aflite(str(emb), y, checkpoint=ckpt, **RUN)
     assert os.stat(emb).st_ino == inode
-    from aflite_fast.checkpoint import Checkpoint
+    from aflite_fast.filtering.checkpoint import Checkpoint
     assert Checkpoint(ckpt)._header["phase"] == 2  # phases 0 and 1 saved, not the mixed phase 2
 
 

@@ -6,8 +6,8 @@ Write ``aflite_fast/cli/_NAME.py`` with ``add_parser(subparsers)`` (registers an
 parser) and ``run(args) -> int``, then add ``"_NAME"`` to :data:`SUBCOMMANDS`: that one line
 registers it.  Every subcommand module is imported to build the parser (for ``aflite-fast
 --help`` and ``--version`` too), so at its top it imports only light modules (argparse, the
-standard library, ``cli._args``, ``aflite_fast._memory``, ``aflite_fast._loss_names``,
-``aflite_fast._mode_names``) and
+standard library, ``cli._args``, ``aflite_fast.runtime.memory``, ``aflite_fast.core.loss_names``,
+``aflite_fast.filtering.modes``) and
 ``run`` imports NumPy, the kernel and the rest when it runs; ``tests/test_cli.py::
 test_help_and_version_import_nothing_heavy`` holds every subcommand to it.  A module may
 define ``PARAMETER_FLAGS`` (Python parameter name -> flag) so that library errors name the

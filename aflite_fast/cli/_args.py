@@ -7,7 +7,7 @@ import argparse
 import re
 import sys
 
-from aflite_fast._memory import parse_memory
+from aflite_fast.runtime.memory import parse_memory
 
 
 class UsageError(Exception):
@@ -52,7 +52,7 @@ def positive_int(text):
 
 
 def memory_size(text):
-    """argparse type: a memory size (see :mod:`aflite_fast._memory` for the units), in bytes."""
+    """argparse type: a memory size (see :mod:`aflite_fast.runtime.memory` for the units), in bytes."""
     try:
         return parse_memory(text)
     except ValueError as exc:
@@ -65,7 +65,7 @@ def cap_threads(requested, prog, quiet=False):
     Results do not depend on the thread count, so more threads than cores only costs time;
     a note on stderr says so (unless ``quiet``).
     """
-    from aflite_fast._threads import effective_n_threads
+    from aflite_fast.runtime.threads import effective_n_threads
 
     available = effective_n_threads(None)
     if requested is None or requested <= available:

@@ -1,6 +1,6 @@
 """``aflite-fast demo``: AFLite on the built-in synthetic biased dataset, before/after table.
 
-The data are the paper's section-3 construction (:mod:`aflite_fast.synthetic`): two
+The data are the paper's section-3 construction (:mod:`aflite_fast.experiments.synthetic_data`): two
 concentric circles (not linearly separable) plus class-correlated spurious Gaussian
 features on 75% of the rows.  A linear model scores well only through the spurious
 features; AFLite should remove the rows carrying them, and the linear model's accuracy on
@@ -34,7 +34,7 @@ def linear_accuracy(X, y, n_jobs=None, n_folds=5):
     importing scikit-learn, which would cost this command about a second."""
     import numpy as np
 
-    from aflite_fast.oof import oof_predict_proba
+    from aflite_fast.filtering.oof import oof_predict_proba
 
     y = np.asarray(y)
     fold = np.empty(y.size, dtype=np.int64)
@@ -53,8 +53,8 @@ def demo_table(n_samples=6000, seed=0, n_jobs=None, progress=True):
     """
     import numpy as np
 
-    from aflite_fast.algorithm import aflite
-    from aflite_fast.synthetic import make_biased_circles
+    from aflite_fast.filtering.loop import aflite
+    from aflite_fast.experiments.synthetic_data import make_biased_circles
 
     if n_samples < 200:
         raise ValueError(f"--n-samples must be at least 200, got {n_samples}")

@@ -52,7 +52,7 @@ def evaluation_of(X, y, keep, report, *, features=None, groups=None, seed=0, n_j
     """The dict report.json keeps under ``evaluation``: :meth:`EvaluationResult.to_dict` of
     :func:`aflite_fast.evaluate_filter` (with the run's chance check from ``report``), plus the
     path of ``features``."""
-    from aflite_fast.evaluation import evaluate_filter
+    from aflite_fast.filtering.filter_evaluation import evaluate_filter
 
     result = evaluate_filter(X, y, keep, result=report, features=features, cv=cv, n_random=n_random,
                              groups=groups, random_state=seed, n_jobs=n_jobs)
@@ -64,11 +64,11 @@ def evaluation_of(X, y, keep, report, *, features=None, groups=None, seed=0, n_j
 def run(args):
     import numpy as np
 
-    from aflite_fast.data import open_embeddings
+    from aflite_fast.io.inputs import open_embeddings
     from aflite_fast.io.atomic import OutputSet
     from aflite_fast.io.labelfile import read_labels_file
     from aflite_fast.io.watch import InputWatch
-    from aflite_fast.report import REPORT_JSON, REPORT_PNG, draw_report, read_report, require_matplotlib
+    from aflite_fast.cli._figure import REPORT_JSON, REPORT_PNG, draw_report, read_report, require_matplotlib
     from aflite_fast.cli._filter import _read_groups
 
     prog = "aflite-fast evaluate"

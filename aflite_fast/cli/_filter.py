@@ -4,8 +4,8 @@ import sys
 import time
 import warnings
 
-from aflite_fast._loss_names import LOSS_NAMES
-from aflite_fast._mode_names import NULL_MODES, REMOVE_MODES, STOP_RULES, TIE_BREAKS
+from aflite_fast.core.loss_names import LOSS_NAMES
+from aflite_fast.filtering.modes import NULL_MODES, REMOVE_MODES, STOP_RULES, TIE_BREAKS
 from aflite_fast._version import __version__
 from aflite_fast.cli._args import HelpFormatter, add_flag, cap_threads, memory_size, positive_int
 
@@ -254,14 +254,14 @@ def _loss_params(args, n_classes):
 
 
 def run(args):
-    from aflite_fast.algorithm import aflite
-    from aflite_fast.eval_rows import eval_mask
+    from aflite_fast.filtering.loop import aflite
+    from aflite_fast.phase.evaluation_rows import eval_mask
     from aflite_fast.io.labelfile import read_labels_file
-    from aflite_fast.data import open_embeddings
+    from aflite_fast.io.inputs import open_embeddings
     from aflite_fast.io.atomic import OutputSet
     from aflite_fast.io.watch import InputWatch
-    from aflite_fast._solver_status import NOT_CONVERGED_MESSAGE, total_status
-    from aflite_fast.chance import ChanceWarning, chance_line
+    from aflite_fast.core.solver_status import NOT_CONVERGED_MESSAGE, total_status
+    from aflite_fast.filtering.chance import ChanceWarning, chance_line
 
     prog = "aflite-fast filter"
     start = time.perf_counter()
@@ -290,7 +290,7 @@ def run(args):
     if args.features is not None and not args.evaluate:
         raise ValueError("--features needs --evaluate")
     if args.plot:
-        from aflite_fast.report import require_matplotlib
+        from aflite_fast.cli._figure import require_matplotlib
 
         require_matplotlib()  # fail before the run, not after it
     import numpy as np
@@ -309,7 +309,7 @@ def run(args):
         params["position_bias"] = args.position_bias
     extra = {}
     if args.scheduler:
-        from aflite_fast.distributed import close_client, connect  # needs the optional dask
+        from aflite_fast.phase.dask_backend import close_client, connect
 
         extra = dict(backend="dask", client=connect(args.scheduler))
     try:
@@ -363,7 +363,7 @@ def run(args):
                                                      groups=groups, seed=args.seed, n_jobs=params["n_jobs"])
             out.save_json("report.json", report)
             if args.plot:
-                from aflite_fast.report import draw_report
+                from aflite_fast.cli._figure import draw_report
 
                 out.write(PLOT_NAME, lambda path: draw_report(report, path))
     finally:

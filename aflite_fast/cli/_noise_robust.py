@@ -42,7 +42,7 @@ def add_parser(subparsers):
     parser : argparse.ArgumentParser
         The subcommand's parser; its default ``func`` is :func:`run`.
     """
-    from aflite_fast._loss_names import LOSS_NAMES
+    from aflite_fast.core.loss_names import LOSS_NAMES
     from aflite_fast.experiments._names import DATASETS, FASHION_MNIST_DIR
 
     p = subparsers.add_parser(

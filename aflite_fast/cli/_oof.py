@@ -85,12 +85,12 @@ def _check_out(path):
 
 
 def run(args):
-    from aflite_fast.data import open_embeddings
+    from aflite_fast.io.inputs import open_embeddings
     from aflite_fast.io.atomic import write_file_atomically
     from aflite_fast.io.labelfile import read_labels_file
     from aflite_fast.io.watch import InputWatch
-    from aflite_fast.oof import oof_run
-    from aflite_fast._solver_status import status_counts
+    from aflite_fast.filtering.oof import oof_run
+    from aflite_fast.core.solver_status import status_counts
     from aflite_fast.cli._filter import _loss_params, _read_groups
 
     prog = "aflite-fast oof"

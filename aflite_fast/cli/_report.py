@@ -27,7 +27,7 @@ def add_parser(subparsers):
 
 
 def run(args):
-    from aflite_fast.report import write_report_png  # NumPy and matplotlib only when it runs
+    from aflite_fast.cli._figure import write_report_png
 
     path = write_report_png(args.dir)
     if not args.quiet:

@@ -1,6 +1,6 @@
 """A synthetic multiple-choice experiment beside the paper's (``aflite-fast synthetic --multiple-choice``).
 
-a. Generate items (:func:`aflite_fast.synthetic.make_multiple_choice`): the right candidate
+a. Generate items (:func:`aflite_fast.experiments.synthetic_data.make_multiple_choice`): the right candidate
    lies on the inner of two rings (real signal that a linear scorer cannot read), and in a
    share of the items it also carries a planted artifact (a shifted feature a linear scorer
    reads).
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from aflite_fast.io.atomic import OutputSet
-from aflite_fast.synthetic import make_multiple_choice
+from aflite_fast.experiments.synthetic_data import make_multiple_choice
 
 __all__ = ["MultipleChoiceResult", "run_multiple_choice", "run_multiple_choice_experiment"]
 
@@ -51,15 +51,16 @@ class MultipleChoiceResult:
 def linear_accuracy(X, y, train, test, C=1.0, n_jobs=1):
     """Test accuracy of the kernel's linear scorer (softmax over the candidates) trained on
     the items ``train`` and predicting the items ``test``."""
-    from aflite_fast import kernel
-    from aflite_fast.multiple_choice import augment_items
+    from aflite_fast.core import prediction
+    from aflite_fast.core import solver
+    from aflite_fast.phase.multiple_choice import augment_items
 
     K, d = X.shape[1], X.shape[2]
     center = X[train].reshape(-1, d).mean(axis=0, dtype=np.float64).astype(np.float32)
     Xa = augment_items(X[train], center)
-    coef, _ = kernel.train_models(Xa, y[train].astype(np.int32), np.ones((train.size, 1), np.uint8), 1, C=C,
+    coef, _ = solver.train_models(Xa, y[train].astype(np.int32), np.ones((train.size, 1), np.uint8), 1, C=C,
                                   group=K, n_free=1, precond="auto", n_threads=n_jobs)
-    proba = kernel.predict_proba(augment_items(X[test], center), coef[0], n_threads=n_jobs, group=K)
+    proba = prediction.predict_proba(augment_items(X[test], center), coef[0], n_threads=n_jobs, group=K)
     return float(np.mean(proba.argmax(axis=1) == y[test]))
 
 
@@ -98,7 +99,7 @@ def _measure(data, items, split_seed, test_size, n_jobs, nonlinear=True):
 
 def phase_trajectory(data, result, split_seed, test_size=0.3, n_jobs=1):
     """Items, artifact share and linear scorer accuracy of the active items at the start of
-    every phase of ``result`` (an :class:`~aflite_fast.algorithm.AFLiteResult`) and at the end."""
+    every phase of ``result`` (an :class:`~aflite_fast.filtering.loop.AFLiteResult`) and at the end."""
     active = np.ones(data.y.size, dtype=bool)
     out = []
     for phase in range(len(result.history) + 1):
@@ -118,7 +119,7 @@ def run_multiple_choice(*, n_items=4000, n_candidates=4, separation=0.4, noise=0
     Parameters
     ----------
     n_items, n_candidates, separation, noise, n_spurious, artifact_share, artifact_strength
-        The data (:func:`aflite_fast.synthetic.make_multiple_choice`).
+        The data (:func:`aflite_fast.experiments.synthetic_data.make_multiple_choice`).
     target_fraction, train_fraction, slice_fraction : float
         AFLite's target size, training-set size and slice size as shares of the items.
     n_partitions, tau : AFLite's m and tau.
@@ -142,7 +143,7 @@ def run_multiple_choice(*, n_items=4000, n_candidates=4, separation=0.4, noise=0
         raise ValueError(f"need 0 < train size < target size < items, got train {train_size}, target "
                          f"{target_size}, items {n_items}")
     from aflite_fast import aflite
-    from aflite_fast._threads import effective_n_threads
+    from aflite_fast.runtime.threads import effective_n_threads
 
     data_seed, aflite_seed, split_seed = (int(s) for s in np.random.default_rng(random_state).integers(
         0, 2**31 - 1, size=3))

@@ -12,7 +12,7 @@ b. corrupt the *training* labels with a known noise transition matrix ``T``
    the other C - 1 classes uniformly with probability r; ``pairflip`` noise at rate r sends
    class c to class (c + 1) mod C with probability r (the class-dependent noise of Han et al.
    2018; the GCE paper's CIFAR-10 mapping is specific to those classes);
-c. train one multinomial linear model per loss (:mod:`aflite_fast.losses`: ce, gce, gce_trunc,
+c. train one multinomial linear model per loss (:mod:`aflite_fast.core.losses`: ce, gce, gce_trunc,
    mae, sce, forward with the true ``T``) with the same L2 strength and solver settings, and
    measure accuracy on the *clean* test labels;
 d. repeat over seeds (new split or subsample, new noise) and report mean and standard
@@ -33,10 +33,12 @@ import time
 
 import numpy as np
 
-from aflite_fast import kernel
-from aflite_fast._threads import effective_n_threads
-from aflite_fast.engine import kernel_C
-from aflite_fast.losses import needs_warmup, resolve_loss
+from aflite_fast.core import layout
+from aflite_fast.core import prediction
+from aflite_fast.core import solver
+from aflite_fast.runtime.threads import effective_n_threads
+from aflite_fast.phase.plan import kernel_C
+from aflite_fast.core.losses import needs_warmup, resolve_loss
 from aflite_fast.io.atomic import OutputSet
 from aflite_fast.experiments._names import DATASETS, FASHION_MNIST_DIR
 
@@ -169,7 +171,7 @@ def fit_predict(X_train, y_train, X_test, n_classes, loss, loss_params=None, *, 
 
     The same model as :class:`aflite_fast.RobustLogisticRegression` (rows centered by the
     training mean, unpenalized intercept, L2 with scikit-learn's ``C``), plus the warm start
-    that ``gce_trunc`` needs (:func:`aflite_fast.losses.needs_warmup`).
+    that ``gce_trunc`` needs (:func:`aflite_fast.core.losses.needs_warmup`).
 
     Returns
     -------
@@ -179,19 +181,19 @@ def fit_predict(X_train, y_train, X_test, n_classes, loss, loss_params=None, *, 
     """
     spec = resolve_loss(loss, loss_params, n_classes)
     center = X_train.mean(axis=0, dtype=np.float64).astype(np.float32)
-    Xa = kernel.augment_rows(X_train, center)
+    Xa = layout.augment_rows(X_train, center)
     member = np.ones((len(y_train), 1), dtype=np.uint8)
-    options = kernel.SolverOptions(tol=tol, max_iter=max_iter)
+    options = solver.SolverOptions(tol=tol, max_iter=max_iter)
     Ck = kernel_C(C, n_classes)
     coef, n_iter = None, 0
     stages = ([spec.warmup] if needs_warmup(spec) else []) + [spec]
     for stage in stages:
-        coef, info = kernel.train_models(Xa, y_train, member, n_classes, C=Ck, loss=stage, coef=coef,
+        coef, info = solver.train_models(Xa, y_train, member, n_classes, C=Ck, loss=stage, coef=coef,
                                          precond="auto", options=options, n_threads=n_threads)
         n_iter += int(info["n_iter"][0])
-    proba = kernel.predict_proba(kernel.augment_rows(X_test, center), coef[0], n_threads=n_threads)
+    proba = prediction.predict_proba(layout.augment_rows(X_test, center), coef[0], n_threads=n_threads)
     return np.argmax(proba, axis=1), {"n_iter": n_iter,
-                                      "status": kernel.STATUS_NAMES[int(info["status"][0])]}
+                                      "status": solver.STATUS_NAMES[int(info["status"][0])]}
 
 
 def run_noise_robust(datasets=("digits",), *, settings=DEFAULT_SETTINGS, losses=DEFAULT_LOSSES,

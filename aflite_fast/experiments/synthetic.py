@@ -1,6 +1,6 @@
 """The synthetic experiment of the AFLite paper (section 3, Figure 2, Table 7).
 
-For each separation level of the concentric-circles data (:mod:`aflite_fast.synthetic`):
+For each separation level of the concentric-circles data (:mod:`aflite_fast.experiments.synthetic_data`):
 
 a. generate one dataset (the most separated one with flipped labels, as in the paper);
 b. fit scikit-learn's ``LogisticRegression`` and an RBF ``SVC`` on a stratified train/test
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from aflite_fast.synthetic import make_biased_circles, separation_levels
+from aflite_fast.experiments.synthetic_data import make_biased_circles, separation_levels
 from aflite_fast.io.atomic import OutputSet
 
 __all__ = ["SyntheticLevelResult", "run_synthetic_levels", "run_synthetic_experiment"]
@@ -58,7 +58,7 @@ class SyntheticLevelResult:
     Attributes
     ----------
     data : SyntheticData
-        The generated dataset (see :func:`aflite_fast.synthetic.make_biased_circles`).
+        The generated dataset (see :func:`aflite_fast.experiments.synthetic_data.make_biased_circles`).
     keep : ndarray of int64
         Sorted indices of the rows AFLite kept.
     row : dict
@@ -153,7 +153,7 @@ def run_synthetic_levels(
         Rows per dataset.
     separations : sequence of float or None, default=None
         Separation levels, most separated first; None uses
-        :func:`aflite_fast.synthetic.separation_levels`. Only the first level gets flipped
+        :func:`aflite_fast.experiments.synthetic_data.separation_levels`. Only the first level gets flipped
         labels, as in the paper.
     noise, n_spurious, bias_share, spurious_strength : see ``make_biased_circles``
         Generator parameters shared by all levels.

@@ -16,5 +16,5 @@
 - :mod:`.atomic`: output sets switched in with one rename, and single files written
   atomically.
 
-:mod:`aflite_fast.data` opens and validates embeddings through these readers.
+:mod:`aflite_fast.io.inputs` opens and validates embeddings through these readers.
 """

@@ -88,7 +88,7 @@ class ContentHash:
     """
 
     def __init__(self, shape, dtype, n_threads=None):
-        from aflite_fast._threads import effective_n_threads
+        from aflite_fast.runtime.threads import effective_n_threads
 
         self.shape = (int(shape[0]), int(shape[1]))
         self.dtype = canonical_dtype(dtype)

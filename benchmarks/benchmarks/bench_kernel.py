@@ -11,8 +11,8 @@ the general path).
 """
 import numpy as np
 
-from aflite_fast import _kernel
-from aflite_fast.oof import oof_predict_proba
+from aflite_fast.core import _kernel
+from aflite_fast.filtering.oof import oof_predict_proba
 
 from skewed_data import make_skewed_embeddings
 

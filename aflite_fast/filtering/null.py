@@ -19,7 +19,7 @@ c. Scoring: in every phase (not every few), after the observed models, the calle
    ``score_phase`` (the same engine and batched kernel) ``n_null`` times on the same training
    positions with the permuted codes and a cold start (zero coefficients), so the null models
    never touch the observed models' warm start, and counts the rows at or above tau exactly as
-   it counts the observed ones (:func:`aflite_fast.algorithm.score_nulls`, which also refuses
+   it counts the observed ones (:func:`aflite_fast.filtering.loop.score_nulls`, which also refuses
    null models that did not train, as the observed ones are refused).
 d. Summary (:func:`summarize`): mean and standard deviation (ddof=1, None for one
    permutation) of the counts over ``n_null`` permutations, and the stop rule's margin
@@ -37,7 +37,7 @@ from typing import List, Optional
 
 import numpy as np
 
-from aflite_fast._mode_names import NULL_MODES, STOP_RULES
+from aflite_fast.filtering.modes import NULL_MODES, STOP_RULES
 #: Standard deviations of the null count the observed count must exceed (see :func:`summarize`).
 NULL_SIGMAS = 3.0
 #: Middle word of a permutation's spawn key, "null" in ASCII; partition keys have two words.

@@ -6,13 +6,13 @@ drawn independently, the default settings remove most of the rows, mostly of the
 The check tells the user so, in every run, at the cost of a few more scorings of phase 0:
 
 a. What: phase 0's partitions scored again with the labels permuted :data:`N_PERMUTATIONS`
-   times, by the permutation null of :mod:`aflite_fast.null` (the same seeds, so permutation i
+   times, by the permutation null of :mod:`aflite_fast.filtering.null` (the same seeds, so permutation i
    is the one ``null="permutation"`` draws in phase 0; a run that already scores that many
    permutations in phase 0 reuses them and pays nothing more), and its rows at or above tau
    counted as the observed ones are.
 b. The rule: the run "looks like chance" when phase 0's observed count does not exceed the
    permuted counts' mean by the margin of ``stop="null"``
-   (:func:`aflite_fast.null.summarize`: ``3 * max(std, sqrt(mean)) * sqrt(1 + 1/n)``).
+   (:func:`aflite_fast.filtering.null.summarize`: ``3 * max(std, sqrt(mean)) * sqrt(1 + 1/n)``).
 c. Then :func:`aflite` warns with :class:`ChanceWarning` (unless ``stop`` already applies the
    null, which removes nothing in that case) and the command line prints one line containing
    "chance"; both name ``stop="null"`` / ``--stop null``.  The check is recorded in the result
@@ -26,7 +26,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import List, Optional
 
-from aflite_fast.null import summarize
+from aflite_fast.filtering.null import summarize
 
 #: Label permutations of the chance check (at least 2, so that their spread is measured).
 N_PERMUTATIONS = 3
@@ -34,7 +34,7 @@ N_PERMUTATIONS = 3
 
 class ChanceWarning(UserWarning):
     """Phase 0 of an AFLite run found no more rows at or above tau than permuted labels do
-    (:mod:`aflite_fast.chance`): what the run removes may be chance, not bias."""
+    (:mod:`aflite_fast.filtering.chance`): what the run removes may be chance, not bias."""
 
 
 @dataclass
@@ -52,7 +52,7 @@ class ChanceCheck:
         The same count under each label permutation.
     null_mean, null_std, margin : float
         Mean and standard deviation (None for one permutation) of those counts, and the
-        excess over the mean the observed count must reach (:func:`aflite_fast.null.summarize`).
+        excess over the mean the observed count must reach (:func:`aflite_fast.filtering.null.summarize`).
     by_chance : bool
         True when ``n_above_tau <= null_mean + margin``.
     seconds : float

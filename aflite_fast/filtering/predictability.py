@@ -4,17 +4,19 @@ from typing import Optional
 
 import numpy as np
 
-from aflite_fast import engine
-from aflite_fast._solver_status import DataScale, check_trained, status_counts, warn_not_converged
-from aflite_fast.degenerate import check_moved, check_scale
-from aflite_fast._threads import effective_n_threads
-from aflite_fast.algorithm import check_multiple_choice_loss, open_problem, score_nulls, validate_settings
-from aflite_fast.data import scan_rows
-from aflite_fast.eval_rows import eval_mask, train_positions
-from aflite_fast.groups import partition_groups
-from aflite_fast.kernel import SolverOptions
-from aflite_fast.losses import resolve_loss
-from aflite_fast.null import check_null_args
+from aflite_fast.phase import local
+from aflite_fast.phase import partitions
+from aflite_fast.io.scale import DataScale
+from aflite_fast.core.solver_status import check_trained, status_counts, warn_not_converged
+from aflite_fast.core.degenerate import check_moved, check_scale
+from aflite_fast.runtime.threads import effective_n_threads
+from aflite_fast.filtering.loop import check_multiple_choice_loss, open_problem, score_nulls, validate_settings
+from aflite_fast.io.inputs import scan_rows
+from aflite_fast.phase.evaluation_rows import eval_mask, train_positions
+from aflite_fast.phase.groups import partition_groups
+from aflite_fast.core.solver import SolverOptions
+from aflite_fast.core.losses import resolve_loss
+from aflite_fast.filtering.null import check_null_args
 
 
 @dataclass
@@ -62,9 +64,9 @@ def predictability(X, y, *, n_partitions=64, train_size, C=1.0, loss="ce", loss_
     first phase.  With ``groups`` every partition trains on whole groups.  With
     ``null="permutation"`` the same partitions are scored ``n_null`` more times with the
     labels permuted, the permutations of that run's phase 0 (``null_scores``; see
-    :mod:`aflite_fast.null`).  With ``eval_rows`` (indices or a boolean mask) those rows are never
+    :mod:`aflite_fast.filtering.null`).  With ``eval_rows`` (indices or a boolean mask) those rows are never
     drawn into a training set, so every model predicts them (``seen == n_partitions``), and
-    ``train_size`` counts the other rows (see :mod:`aflite_fast.eval_rows`).  A 3-D X (N, K, d)
+    ``train_size`` counts the other rows (see :mod:`aflite_fast.phase.evaluation_rows`).  A 3-D X (N, K, d)
     is multiple choice (``position_bias`` as in :func:`aflite`): scores are per item.
 
     Returns
@@ -96,14 +98,14 @@ def predictability(X, y, *, n_partitions=64, train_size, C=1.0, loss="ce", loss_
     active = np.arange(n_rows, dtype=np.int64)
     t = settings.train_rows(n_trainable)
     group_codes = partition_groups(groups, n_rows, t, is_eval)
-    entropy = engine.seed_entropy(random_state)
+    entropy = partitions.seed_entropy(random_state)
     train_pos = train_positions(entropy, 0, active, is_eval, t, settings.n_partitions, groups=group_codes)
     solver = dict(n_classes=labels.n_classes, C=settings.C, loss=spec,
                   options=SolverOptions(tol=tol, max_iter=max_iter), max_memory=max_memory,
                   n_threads=effective_n_threads(n_jobs), **({"position_bias": bool(position_bias)}
                                                             if multiple_choice else {}))
     scale = DataScale(X_rows, center)  # read only if a model failed
-    res = engine.score_phase(X, labels.codes, active, center, train_pos, **solver)
+    res = local.score_phase(X, labels.codes, active, center, train_pos, **solver)
     check_trained(res.n_iter, res.status, scale, what="partition model")
     check_moved(res.coef, res.status, X=X, center=center, train_rows=lambda j: train_pos[j][train_pos[j] >= 0],
                 tol=tol, what="partition model")
@@ -111,7 +113,7 @@ def predictability(X, y, *, n_partitions=64, train_size, C=1.0, loss="ce", loss_
     null_scores = None
     if null is not None:
         null_scores = np.stack([null_res.scores for null_res in score_nulls(
-            engine.score_phase, X, labels.codes, active, center, train_pos, entropy, 0, n_null, group_codes,
+            local.score_phase, X, labels.codes, active, center, train_pos, entropy, 0, n_null, group_codes,
             solver, scale)])
     with np.errstate(invalid="ignore", divide="ignore"):
         mean_prob = np.where(res.seen > 0, res.prob_label / np.maximum(res.seen, 1), np.nan)

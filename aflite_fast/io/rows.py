@@ -6,7 +6,7 @@ compilation on its first call; this module chooses their operands.
 import numpy as np
 
 try:
-    from aflite_fast import _rowscan
+    from aflite_fast.io import _rowscan
 except ImportError as exc:  # pragma: no cover - exercised only on a broken install
     from aflite_fast._build_check import raise_build_error
 

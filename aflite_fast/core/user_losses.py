@@ -17,7 +17,7 @@ Examples
 --------
 Generalized cross-entropy (the built-in "gce") as a user loss::
 
-    from aflite_fast.user_loss import user_loss
+    from aflite_fast import user_loss
 
     @user_loss(params={"q": 0.7})
     def my_gce(p_y, params, w_out):
@@ -45,7 +45,7 @@ import math
 
 import numpy as np
 
-from aflite_fast.losses import LossSpec, _CODES
+from aflite_fast.core.losses import LossSpec, _CODES
 
 __all__ = ["UserLoss", "user_loss", "SIGNATURE"]
 
@@ -123,7 +123,7 @@ class UserLoss:
         return arr if arr.size else np.zeros(1)
 
     def as_loss_spec(self, loss_params=None):
-        """The :class:`~aflite_fast.losses.LossSpec` the kernel runs (code 6, this address)."""
+        """The :class:`~aflite_fast.core.losses.LossSpec` the kernel runs (code 6, this address)."""
         return LossSpec(self.name, _CODES["user"], self.params_array(loss_params), self.address)
 
     def __call__(self, p_y, **loss_params):

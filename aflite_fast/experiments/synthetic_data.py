@@ -161,7 +161,7 @@ def make_biased_circles(
 
     Examples
     --------
-    >>> from aflite_fast.synthetic import make_biased_circles
+    >>> from aflite_fast.experiments.synthetic_data import make_biased_circles
     >>> data = make_biased_circles(1000, separation=0.5, flip_rate=0.1, random_state=0)
     >>> data.X.shape, round(float(data.is_biased.mean()), 2)
     ((1000, 6), 0.75)
@@ -294,7 +294,7 @@ def make_multiple_choice(
 
     Examples
     --------
-    >>> from aflite_fast.synthetic import make_multiple_choice
+    >>> from aflite_fast.experiments.synthetic_data import make_multiple_choice
     >>> data = make_multiple_choice(1000, random_state=0)
     >>> data.X.shape, round(float(data.has_artifact.mean()), 2)
     ((1000, 4, 6), 0.5)

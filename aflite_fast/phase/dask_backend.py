@@ -2,18 +2,18 @@
 data-parallel.
 
 a. X's rows are shared out among the workers in whole reduction groups
-   (``kernel.reduction_group_rows``, :func:`leaf_ranges`).  Each worker reads its rows once
+   (``layout.reduction_group_rows``, :func:`leaf_ranges`).  Each worker reads its rows once
    per run (a ``.npy`` file straight from the file, a piece at a time) and keeps them as the
    kernel reads them (float32, centred, with the ones column); the rows never move.  The
    filtering loop and the solver stay on the client.
 b. The centre (column means) and the finite-value check run where the rows are read, with
    the very row blocks ``data.scan_rows`` uses, so the centre is bitwise the local one.
-c. Training: the client runs the kernel's L-BFGS (``kernel.train_models_with``).  Every
+c. Training: the client runs the kernel's L-BFGS (``solver.train_models_with``).  Every
    round it sends the running models' trial weights to every worker; each worker (a dask
    actor, called directly) returns the partial sums of loss and gradient of the whole
-   subtrees of the reduction tree it holds (``kernel.MemberRows``); the client adds them by
-   the tree (``kernel.combine_nodes``), which is how the local engine adds its groups' sums,
-   so the models are bitwise those of ``engine.score_phase``.
+   subtrees of the reduction tree it holds (``solver.MemberRows``); the client adds them by
+   the tree (``layout.combine_nodes``), which is how the local engine adds its groups' sums,
+   so the models are bitwise those of ``_local.score_phase``.
 d. Prediction: the phase's weights go to every worker, which predicts its active rows and
    sends back per-row counts (seen, correct, summed probability of the label).
 e. Every phase reports the bytes it sent between processes (``DaskPhaseScores.bytes_moved``).
@@ -33,15 +33,20 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from aflite_fast import engine, kernel
-from aflite_fast._memory import parse_memory
-from aflite_fast.multiple_choice import candidate_rows, is_multiple_choice, tail_columns
+from aflite_fast.core import preconditioning
+from aflite_fast.phase import plan
+from aflite_fast.phase import scores
+from aflite_fast.core import layout
+from aflite_fast.core import prediction
+from aflite_fast.core import solver
+from aflite_fast.runtime.memory import parse_memory
+from aflite_fast.phase.multiple_choice import candidate_rows, is_multiple_choice, tail_columns
 from aflite_fast.io.arrayfile import open_array_file
-from aflite_fast._rows import membership_matrix
-from aflite_fast.data import GATHER_CHUNK_BYTES, check_dtype, gather_rows, scan_block, scan_chunk_rows
+from aflite_fast.io.rows import membership_matrix
+from aflite_fast.io.inputs import GATHER_CHUNK_BYTES, check_dtype, gather_rows, scan_block, scan_chunk_rows
 from aflite_fast.io.fingerprint import block_digests
 from aflite_fast.io.rowsource import FileRows, RowSource
-from aflite_fast.losses import resolve_loss
+from aflite_fast.core.losses import resolve_loss
 
 __all__ = ["DaskEmbeddings", "DaskPhaseScores", "as_dask_array", "connect", "close_client", "leaf_ranges",
            "score_phase_dask", "scan_rows_dask"]
@@ -154,7 +159,7 @@ def as_dask_array(X, *, chunk_rows=None, row_bounds=None):
     """
     da, _ = _import_dask()
     if isinstance(X, FileRows):
-        # one .npy file opened for positioned reads (aflite_fast.data.open_embeddings): the
+        # one .npy file opened for positioned reads (aflite_fast.io.inputs.open_embeddings): the
         # workers map the same bytes
         X = np.memmap(X.file.path, dtype=X.dtype, mode="r", offset=X.offset, shape=X.shape)
     elif isinstance(X, RowSource):
@@ -284,12 +289,12 @@ def _worker_addresses(client):
 
 
 def leaf_ranges(n_rows, n_workers):
-    """How the reduction groups of X (``kernel.reduction_group_rows``) are shared out:
+    """How the reduction groups of X (``layout.reduction_group_rows``) are shared out:
     a list of (leaf_lo, leaf_hi, row_lo, row_hi), one per worker that holds rows, with
     consecutive groups of about as many rows each (a power of two of workers: exactly as
     many, one whole subtree each); the last range runs to the last leaf of the tree (the
     leaves past X's rows hold none)."""
-    G = kernel.reduction_group_rows(n_rows)
+    G = layout.reduction_group_rows(n_rows)
     n_groups = -(-int(n_rows) // G)
     w = max(1, min(int(n_workers), n_groups))
     # each cut near its even share, within a sixth of a share, where the most leaves line up
@@ -304,7 +309,7 @@ def leaf_ranges(n_rows, n_workers):
     out = []
     for i in range(w):
         lo, hi = cuts[i], cuts[i + 1]
-        out.append((lo, kernel.REDUCE_LEAVES if i == w - 1 else hi, lo * G, min(int(n_rows), hi * G)))
+        out.append((lo, layout.REDUCE_LEAVES if i == w - 1 else hi, lo * G, min(int(n_rows), hi * G)))
     return out
 
 
@@ -315,7 +320,7 @@ class DaskEmbeddings:
     each worker keeps its rows as the kernel reads them (float32, centred, with the ones
     column: :meth:`held_rows`, made once the centre is known) and every phase computes on
     them where they are.  Multiple-choice X (N, K, d) is shared out in whole items (groups
-    of items), each held as its K candidate rows (:mod:`aflite_fast.multiple_choice`, b).
+    of items), each held as its K candidate rows (:mod:`aflite_fast.phase.multiple_choice`, b).
     A ``.npy`` file or a file-backed memmap is read by the workers straight from the file
     (the scan, then their rows, a piece at a time): a worker never holds more than its share.
     Other sources are loaded as row chunks (sent once from here, or computed by the workers)
@@ -535,7 +540,7 @@ def _worker_threads(n_threads):
 
 class _HeldRows:
     """A worker's rows of X as the kernel reads them, for the whole run: float32, centred,
-    with the ones column, 64-byte aligned with the kernel's padded stride (``kernel.empty_rows``),
+    with the ones column, 64-byte aligned with the kernel's padded stride (``layout.empty_rows``),
     the same values ``data.gather_rows`` writes locally.  Rows ``first`` ... of X, reduction
     leaves [leaf_lo, leaf_hi); ``source`` is (file, last row + 1), read a piece at a time, or
     the tuple of the rows' chunks.  Multiple choice (``group`` = K > 1): ``first`` is an item,
@@ -549,7 +554,7 @@ class _HeldRows:
         start = int(first) * group
         if isinstance(source, tuple) and len(source) == 2 and not isinstance(source[0], np.ndarray):
             file, stop = source
-            self.rows = kernel.empty_rows(stop - start, D)
+            self.rows = layout.empty_rows(stop - start, D)
             piece = max(group, GATHER_CHUNK_BYTES // (d * file[2].itemsize) // group * group)
             for a in range(start, stop, piece):
                 b = min(stop, a + piece)
@@ -558,7 +563,7 @@ class _HeldRows:
         else:
             chunks = source
             n = sum(c.shape[0] for c in chunks)
-            self.rows = kernel.empty_rows(n, D)
+            self.rows = layout.empty_rows(n, D)
             at = 0
             for c in chunks:
                 gather_rows(c, np.arange(c.shape[0]), center, self.rows[at:at + c.shape[0], :d + 1])
@@ -592,7 +597,7 @@ class _PhaseRows:
         positions = first_position + np.cumsum(act) - act
         leaves = (held.first + np.arange(n, dtype=np.int64)) // group_rows
         self.held, self.active_rows, self.member = held, idx, member
-        self.sums = kernel.MemberRows(held.rows, y, member, positions, leaves, held.group)
+        self.sums = solver.MemberRows(held.rows, y, member, positions, leaves, held.group)
         self.n_threads = _worker_threads(n_threads)
 
     def evaluate(self, models, W, scale, loss):
@@ -600,7 +605,7 @@ class _PhaseRows:
         without the class rows' padding."""
         t0 = time.perf_counter()
         nA, C, D = W.shape
-        Wp = np.zeros((nA, C, kernel._kernel.member_width(D)), dtype=np.float32)
+        Wp = np.zeros((nA, C, solver._kernel.member_width(D)), dtype=np.float32)
         Wp[:, :, :D] = W
         nodes = self.sums.sums(models, Wp, scale, loss, (self.held.leaf_lo, self.held.leaf_hi), self.n_threads)
         nodes = [(level, index, _unpad_sums(values, C, D)) for level, index, values in nodes]
@@ -621,10 +626,10 @@ class _PhaseRows:
             if hi - lo == n:  # the active rows are one run: a view, no copy
                 Xa = self.held.rows[lo * G:hi * G]
             else:
-                Xa = kernel.empty_rows(n * G, self.held.rows.shape[1])
+                Xa = layout.empty_rows(n * G, self.held.rows.shape[1])
                 np.take(self.held.rows, idx if G == 1 else candidate_rows(idx, G), axis=0, out=Xa)
             heldout = np.subtract(1, self.member[idx], dtype=np.uint8)
-            kernel.predict_accumulate(Xa, self.sums.y[idx], heldout, W, n_classes, seen, correct, prob_label,
+            prediction.predict_accumulate(Xa, self.sums.y[idx], heldout, W, n_classes, seen, correct, prob_label,
                                       proba, self.n_threads, G)
         small = np.uint8 if W.shape[1] // n_classes < 256 else np.int32
         return seen.astype(small), correct.astype(small), prob_label, proba
@@ -633,7 +638,7 @@ class _PhaseRows:
 def _unpad_sums(sums, n_classes, D, inverse=False):
     """Sums (models, C * member_width(D) + 1) without the class rows' padding (zero), as
     (models, C * D + 1); ``inverse``: back to the padded layout."""
-    Dp = kernel._kernel.member_width(D)
+    Dp = solver._kernel.member_width(D)
     nA = sums.shape[0]
     if inverse:
         out = np.zeros((nA, n_classes * Dp + 1))
@@ -647,14 +652,14 @@ def _unpad_sums(sums, n_classes, D, inverse=False):
 
 def _build_preconditioner(n_classes, l2, form, curvature, *parts):
     rows = parts[0] if len(parts) == 1 else np.concatenate(parts)
-    return kernel.preconditioner(rows, n_classes, l2, 1, form=form, curvature=curvature)
+    return preconditioning.preconditioner(rows, n_classes, l2, 1, form=form, curvature=curvature)
 
 
 def _sample_rows(held, local):
     """The preconditioner's sample rows ``local`` of a worker (items: their candidate rows
-    centred within each item, as ``engine.score_phase`` reads them)."""
+    centred within each item, as ``_local.score_phase`` reads them)."""
     if held.group > 1:
-        return kernel.item_centered(held.rows, local, held.group)
+        return layout.item_centered(held.rows, local, held.group)
     return np.ascontiguousarray(held.rows[local])
 
 
@@ -667,8 +672,8 @@ def _small_codes(codes, n_classes):
 
 
 @dataclass
-class DaskPhaseScores(engine.PhaseScores):
-    """:class:`engine.PhaseScores` plus the bytes the phase moved between processes.
+class DaskPhaseScores(scores.PhaseScores):
+    """:class:`scores.PhaseScores` plus the bytes the phase moved between processes.
 
     ``bytes_moved`` keys (measured: the ``nbytes`` of the arrays sent): ``phase_inputs``
     (each worker's active-row mask, member bits and labels, once per phase),
@@ -696,20 +701,20 @@ def phase_arguments(X, client, options, loss, loss_params, n_classes, max_memory
     if spec.address:
         raise ValueError(f"loss {spec.name!r} is a compiled user function; its address is only valid in this "
                          "process, so the dask backend cannot use it (use a built-in loss)")
-    return (X, options or kernel.SolverOptions(), spec, parse_memory(max_memory), np.asarray(active, dtype=np.int64),
+    return (X, options or solver.SolverOptions(), spec, parse_memory(max_memory), np.asarray(active, dtype=np.int64),
             np.asarray(codes, dtype=np.int32), np.asarray(center, dtype=np.float32))
 
 
 def score_phase_dask(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="ce",
                      loss_params=None, options=None, max_memory=None, n_threads=None,
                      warm_coef=None, proba_sum=None, on_block=None, client=None, position_bias=False):
-    """``engine.score_phase`` on a dask cluster, data-parallel: the same PhaseScores, bitwise.
+    """``_local.score_phase`` on a dask cluster, data-parallel: the same PhaseScores, bitwise.
 
     X's rows stay on the workers that hold them (:class:`DaskEmbeddings`).  The solver runs
-    here (``kernel.train_models_with``); in every round each worker computes, for the models
+    here (``solver.train_models_with``); in every round each worker computes, for the models
     still running, the partial sums of loss and gradient over its own rows (whole reduction
-    groups, ``kernel.MemberRows``), and they are added here by the reduction tree
-    (``kernel.combine_nodes``) into the bits the local engine's pass adds up.  Prediction
+    groups, ``solver.MemberRows``), and they are added here by the reduction tree
+    (``layout.combine_nodes``) into the bits the local engine's pass adds up.  Prediction
     sends the weights to every worker and takes back per-row counts.
 
     Parameters
@@ -719,7 +724,7 @@ def score_phase_dask(X, codes, active, center, train_pos, *, n_classes, C=1.0, l
         DaskEmbeddings to keep the chunks between phases)
     codes, active, center, train_pos, n_classes, C, loss, loss_params, options, warm_coef,
     position_bias :
-        as in :func:`aflite_fast.engine.score_phase`
+        as in :func:`aflite_fast.phase.local.score_phase`
     max_memory : int or str, optional
         Budget that chooses the preconditioner's form (as in the local engine).
     n_threads : int, optional
@@ -739,15 +744,15 @@ def score_phase_dask(X, codes, active, center, train_pos, *, n_classes, C=1.0, l
     n_active = active.size
     m, t = train_pos.shape
     # G candidate rows per item (1: classification), D columns of the kernel rows, outputs per row
-    G, D, n_out = engine.phase_shape(X, n_classes, position_bias)
+    G, D, n_out = plan.phase_shape(X, n_classes, position_bias)
     n_free = 1 if G == 1 else D - X.shape[-1]
-    Ck = engine.kernel_C(C, n_classes) if G == 1 else C
+    Ck = plan.kernel_C(C, n_classes) if G == 1 else C
     moved = dict.fromkeys(["phase_inputs", "precond_rows", "weights_out", "sums_back", "predict_weights",
                            "counts_back"], 0)
     t0 = time.perf_counter()
     held = X.held_rows(center, position_bias)
     member = membership_matrix(train_pos, n_active, np.empty((n_active, m), dtype=np.uint8))
-    group_rows = kernel.reduction_group_rows(X.shape[0])
+    group_rows = layout.reduction_group_rows(X.shape[0])
     cuts = []
     phases = []
     for (addr, lo, hi, r0, r1, _), h in zip(X.ranges, held):
@@ -766,13 +771,13 @@ def score_phase_dask(X, codes, active, center, train_pos, *, n_classes, C=1.0, l
     seconds = {}
     if options.precondition:
         curvature = None if G == 1 else 1.0
-        form = engine.phase_preconditioner_form(n_active * G, D - 1, budget)
+        form = preconditioning.phase_preconditioner_form(n_active * G, D - 1, budget)
 
         p0 = time.perf_counter()
         # built on the worker holding most of the sample's rows: the others send it theirs,
         # and the preconditioner (D x D at most) comes here; multiple choice samples items
-        # (engine.phase_preconditioner), sent as their item-centred candidate rows
-        sample = active[kernel.preconditioner_sample(n_active, -(-D // G), form)]
+        # (preconditioning.phase_preconditioner), sent as their item-centred candidate rows
+        sample = active[preconditioning.preconditioner_sample(n_active, -(-D // G), form)]
         futs, counts = [], []
         for (addr, lo, hi, r0, r1, _), h in zip(X.ranges, held):
             a, b = (int(v) for v in np.searchsorted(sample, [r0, r1]))
@@ -785,7 +790,7 @@ def score_phase_dask(X, codes, active, center, train_pos, *, n_classes, C=1.0, l
             precond = client.submit(_build_preconditioner, n_out, 1.0 / (Ck * t), form, curvature, *futs,
                                     workers=[home], pure=False).result()
         else:
-            precond = kernel.preconditioner(np.zeros((0, D), np.float32), n_out, 1.0 / (Ck * t), form=form,
+            precond = preconditioning.preconditioner(np.zeros((0, D), np.float32), n_out, 1.0 / (Ck * t), form=form,
                                             curvature=curvature)
         moved["precond_rows"] += precond.nbytes
         seconds["preconditioner"] = time.perf_counter() - p0
@@ -808,16 +813,16 @@ def score_phase_dask(X, codes, active, center, train_pos, *, n_classes, C=1.0, l
         compute_seconds.append(slowest)
         rounds += 1
         round_seconds.append(time.perf_counter() - r0_)
-        return _unpad_sums(kernel.combine_nodes(nodes), n_out, D, inverse=True)
+        return _unpad_sums(layout.combine_nodes(nodes), n_out, D, inverse=True)
 
     n_rows = member.sum(axis=0, dtype=np.int64)
-    coef, info = kernel.train_models_with(evaluate, n_rows, D, n_out, C=Ck, loss=spec, coef=coef,
+    coef, info = solver.train_models_with(evaluate, n_rows, D, n_out, C=Ck, loss=spec, coef=coef,
                                           precond=precond, options=options,
                                           n_threads=1 if n_threads is None else int(n_threads), n_free=n_free)
     if on_block is not None:
         on_block()
     t1 = time.perf_counter()
-    W = kernel.stack_weights(coef)
+    W = prediction.stack_weights(coef)
     moved["predict_weights"] = W.nbytes * n_workers
     futs = [ph.predict(W, n_out, proba_sum is not None) for ph in phases]
     seen = np.zeros(n_active, dtype=np.int32)

@@ -20,7 +20,7 @@ References: GCE and truncated GCE, Zhang & Sabuncu (NeurIPS 2018); MAE, Ghosh et
 
 For the first five the gradient w.r.t. the logits is ``w(p_y) * (p - e_y)``; the compiled
 kernel evaluates them with one loop (``csrc/afl_losses.h``).  A loss written in Python and
-compiled with Numba plugs into the same loop: see :mod:`aflite_fast.user_loss`.
+compiled with Numba plugs into the same loop: see :mod:`aflite_fast.core.user_losses`.
 
 GCE, truncated GCE, MAE and SCE are not convex in the weights; the L-BFGS solver keeps only
 curvature pairs with ``s^T y > 0`` and restarts from steepest descent when needed, and it
@@ -39,7 +39,8 @@ from typing import Optional
 
 import numpy as np
 
-from aflite_fast._loss_names import LOSS_CODES as _CODES, LOSS_NAMES  # noqa: F401 (LOSS_NAMES: public)
+from aflite_fast.core.loss_names import LOSS_CODES as _CODES, LOSS_NAMES
+from aflite_fast.core.loss_names import LOSS_CODES as _LOSS_CODES
 
 _USER_CODE = _CODES["user"]
 
@@ -124,8 +125,6 @@ def _forward_params(params, n_classes):
         raise ValueError(f"forward: T must be a C x C matrix of numbers: {exc}") from exc
     if T.shape != (n_classes, n_classes):
         raise ValueError(f"forward: T must have shape {(n_classes, n_classes)}, got {T.shape}")
-    from aflite_fast.degenerate import check_transition
-
     empty = np.flatnonzero(T.sum(axis=0) <= 0) if np.all(np.isfinite(T)) and np.all(T >= 0) else []
     if len(empty):
         raise ValueError(f"forward: column(s) {empty.tolist()} of T are all zero, so those labels "
@@ -154,7 +153,7 @@ def _check_spec(spec):
                          "float64 array")
     if spec.code == _USER_CODE and not spec.address:
         raise ValueError(f"LossSpec {spec.name!r}: a user loss (code 6) needs the address of its "
-                         "compiled function; build it with aflite_fast.user_loss.UserLoss")
+                         "compiled function; build it with aflite_fast.core.user_losses.UserLoss")
     if spec.code != _USER_CODE and spec.address:
         raise ValueError(f"LossSpec {spec.name!r}: only user losses (code 6) take an address")
     return spec
@@ -167,7 +166,7 @@ def resolve_loss(loss="ce", loss_params=None, n_classes=2):
     ----------
     loss : str, LossSpec or object with ``as_loss_spec(loss_params)``
         A name from :data:`LOSS_NAMES`, an already resolved spec (``loss_params`` must then
-        be empty), or a user loss (:class:`aflite_fast.user_loss.UserLoss`).
+        be empty), or a user loss (:class:`aflite_fast.core.user_losses.UserLoss`).
     loss_params : dict, optional
         Parameters of the loss, e.g. ``{"q": 0.7}``; unknown names are an error.
     n_classes : int
@@ -184,11 +183,11 @@ def resolve_loss(loss="ce", loss_params=None, n_classes=2):
             raise ValueError(f"loss {loss.name!r} is already resolved; it takes no parameters "
                              f"(got {', '.join(sorted(loss_params))})")
         return _check_spec(loss)
-    if hasattr(loss, "as_loss_spec"):  # user losses (aflite_fast.user_loss)
+    if hasattr(loss, "as_loss_spec"):  # user losses (aflite_fast.core.user_losses)
         return _check_spec(loss.as_loss_spec(dict(loss_params or {})))
     if not isinstance(loss, str) or loss not in _PARAMS:
         raise ValueError(f"unknown loss {loss!r}; choose one of {', '.join(LOSS_NAMES)} "
-                         "or pass an aflite_fast.user_loss.UserLoss")
+                         "or pass an aflite_fast.core.user_losses.UserLoss")
     params = dict(loss_params or {})
     values = _PARAMS[loss](params, n_classes)
     if params:
@@ -203,3 +202,31 @@ def resolve_loss(loss="ce", loss_params=None, n_classes=2):
 def needs_warmup(spec):
     """True when ``spec`` must be warm-started (by training with ``spec.warmup``) from zeros."""
     return spec.warmup is not None
+
+
+_LOSS_FORWARD = _LOSS_CODES["forward"]
+
+
+#: Why multiple choice refuses the forward-corrected loss.
+MC_FORWARD_MESSAGE = ("loss='forward' does not apply to multiple choice: a noise transition matrix relates "
+                      "classes, and the candidates of an item are positions, not classes; use 'ce', 'gce', "
+                      "'gce_trunc', 'mae', 'sce' or a user loss")
+
+
+#: T is singular when its smallest singular value is at most this times its largest.
+SINGULAR_RTOL = 1e-8
+
+
+def check_transition(T):
+    """Raise ValueError unless ``T`` (C x C, float64) is row-stochastic and invertible (c)."""
+    T = np.asarray(T, dtype=np.float64)
+    if not np.all(np.isfinite(T)) or np.any(T < 0) or not np.allclose(T.sum(axis=1), 1.0, atol=1e-6):
+        sums = ", ".join(f"{s:.4g}" for s in T.sum(axis=1)[:6]) if np.all(np.isfinite(T)) else "not finite"
+        raise ValueError("forward: T must be row-stochastic (finite, non-negative, each row summing to 1: "
+                         f"T[i, j] = P(noisy label j | true label i)); its row sums are {sums}")
+    s = np.linalg.svd(T, compute_uv=False)
+    if s[-1] <= SINGULAR_RTOL * s[0]:
+        rank = int(np.count_nonzero(s > SINGULAR_RTOL * s[0]))
+        raise ValueError(f"forward: T is singular (rank {rank} of {T.shape[0]}): some true classes give the "
+                         "same noisy-label distribution, so forward correction cannot tell them apart; "
+                         "give an invertible T")

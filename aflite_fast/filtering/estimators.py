@@ -6,13 +6,15 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d
 
-from aflite_fast import kernel
-from aflite_fast._solver_status import check_solver_result
-from aflite_fast._threads import effective_n_threads
-from aflite_fast.algorithm import aflite
-from aflite_fast.data import encode_labels, open_embeddings, scan_rows
-from aflite_fast.engine import kernel_C
-from aflite_fast.losses import PARAMETER_NAMES, resolve_loss
+from aflite_fast.core import layout
+from aflite_fast.core import prediction
+from aflite_fast.core import solver
+from aflite_fast.core.solver_status import check_solver_result
+from aflite_fast.runtime.threads import effective_n_threads
+from aflite_fast.filtering.loop import aflite
+from aflite_fast.io.inputs import encode_labels, open_embeddings, scan_rows
+from aflite_fast.phase.plan import kernel_C
+from aflite_fast.core.losses import PARAMETER_NAMES, resolve_loss
 
 
 class AFLite(BaseEstimator):
@@ -123,8 +125,8 @@ class RobustLogisticRegression(ClassifierMixin, BaseEstimator):
     Parameters
     ----------
     loss : str or UserLoss, default="ce"
-        One of :data:`aflite_fast.losses.LOSS_NAMES`, or a user loss
-        (:class:`aflite_fast.user_loss.UserLoss`).
+        One of :data:`aflite_fast.core.losses.LOSS_NAMES`, or a user loss
+        (:class:`aflite_fast.core.user_losses.UserLoss`).
     C : float, default=1.0
         Inverse L2 strength (scikit-learn's meaning; the intercept is not penalized).
     tol : float, default=1e-4
@@ -133,7 +135,7 @@ class RobustLogisticRegression(ClassifierMixin, BaseEstimator):
     n_jobs : int, optional
         Threads; results do not depend on it.
     q, k, alpha, beta, A, T : optional
-        Parameters of the loss (:data:`aflite_fast.losses.LOSS_PARAMETERS` lists which loss
+        Parameters of the loss (:data:`aflite_fast.core.losses.LOSS_PARAMETERS` lists which loss
         takes which, and their defaults): ``q`` for "gce" and "gce_trunc", ``k`` for
         "gce_trunc", ``alpha``, ``beta``, ``A`` for "sce", the transition matrix ``T``
         (C x C) for "forward".  None (the default) means the loss's default; a parameter the
@@ -183,7 +185,7 @@ class RobustLogisticRegression(ClassifierMixin, BaseEstimator):
         return resolve_loss(self.loss, params, n_classes)
 
     def _validate_X(self, X, *, reset):
-        """X opened as :func:`aflite_fast.data.open_embeddings` does, its rows checked for
+        """X opened as :func:`aflite_fast.io.inputs.open_embeddings` does, its rows checked for
         the float32 kernel; returns (X, column means)."""
         _check_feature_names(self, X, reset=reset)
         X = open_embeddings(X)
@@ -200,7 +202,7 @@ class RobustLogisticRegression(ClassifierMixin, BaseEstimator):
         Parameters
         ----------
         X : array-like, numpy.memmap or path, shape (n_samples, n_features)
-            Rows as :func:`aflite_fast.data.open_embeddings` takes them.
+            Rows as :func:`aflite_fast.io.inputs.open_embeddings` takes them.
         y : array-like of shape (n_samples,)
             Class labels.
 
@@ -216,15 +218,15 @@ class RobustLogisticRegression(ClassifierMixin, BaseEstimator):
         if isinstance(C, bool) or not isinstance(C, numbers.Real) or not C > 0 or not np.isfinite(C):
             raise ValueError(f"C must be a positive number, got {C!r}")
         spec = self._loss_spec(labels.n_classes)
-        options = kernel.SolverOptions(tol=self.tol, max_iter=self.max_iter)
+        options = solver.SolverOptions(tol=self.tol, max_iter=self.max_iter)
         n_threads = effective_n_threads(self.n_jobs)
-        Xa = kernel.augment_rows(np.asarray(X), center.astype(np.float32))
+        Xa = layout.augment_rows(np.asarray(X), center.astype(np.float32))
         member = np.ones((X.shape[0], 1), dtype=np.uint8)
-        coef, info = kernel.train_models(
+        coef, info = solver.train_models(
             Xa, labels.codes, member, labels.n_classes, C=kernel_C(C, labels.n_classes), loss=spec,
             precond="auto", options=options, n_threads=n_threads)
         check_solver_result(info["n_iter"], info["status"], X, center)  # never an untrained model
-        self._coef_full = kernel.uncenter_coef(coef[0], center.astype(np.float32).astype(np.float64))
+        self._coef_full = layout.uncenter_coef(coef[0], center.astype(np.float32).astype(np.float64))
         self.classes_ = labels.classes
         self.n_iter_ = info["n_iter"].astype(np.int64)
         W = self._coef_full
@@ -248,8 +250,8 @@ class RobustLogisticRegression(ClassifierMixin, BaseEstimator):
         """
         check_is_fitted(self)
         X, _ = self._validate_X(X, reset=False)
-        Xa = kernel.augment_rows(np.asarray(X))
-        return kernel.predict_proba(Xa, self._coef_full, n_threads=effective_n_threads(self.n_jobs))
+        Xa = layout.augment_rows(np.asarray(X))
+        return prediction.predict_proba(Xa, self._coef_full, n_threads=effective_n_threads(self.n_jobs))
 
     def decision_function(self, X):
         """Logits (n_samples, n_classes), or the log-odds (n_samples,) for two classes."""

@@ -1,7 +1,7 @@
 """Names and codes of the built-in losses, importable without NumPy.
 
 The command line lists these in ``--help`` without importing the numerical modules; the
-registry itself (parameters, validation) is :mod:`aflite_fast.losses`.
+registry itself (parameters, validation) is :mod:`aflite_fast.core.losses`.
 """
 
 #: Integer code of each loss; they match the enum in ``csrc/afl_losses.h``.

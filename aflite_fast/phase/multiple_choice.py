@@ -23,8 +23,8 @@ import numbers
 
 import numpy as np
 
-from aflite_fast import kernel
-from aflite_fast.data import gather_rows
+from aflite_fast.core import layout
+from aflite_fast.io.inputs import gather_rows
 
 
 def is_multiple_choice(X):
@@ -61,7 +61,7 @@ def candidate_rows(items, K):
 
 def gather_items(X, items, center, out, position_bias, chunk_bytes=None, n_threads=1):
     """Write the kernel rows (b) of ``items`` (sorted) of the (N, K, d) X into ``out``
-    (len(items) x K, D), reading X as :func:`aflite_fast.data.gather_rows` does."""
+    (len(items) x K, D), reading X as :func:`aflite_fast.io.inputs.gather_rows` does."""
     n, K, d = X.shape
     rows = candidate_rows(items, K)
     tail = tail_columns(K, position_bias)
@@ -77,7 +77,7 @@ def augment_items(X, center=None, position_bias=False):
     """Kernel rows (b) of every item of an (N, K, d) array (for tests and small data)."""
     n, K, d = X.shape
     center = np.zeros(d, dtype=np.float32) if center is None else center
-    out = kernel.empty_rows(n * K, d + n_extra_columns(K, position_bias))
+    out = layout.empty_rows(n * K, d + n_extra_columns(K, position_bias))
     return gather_items(np.asarray(X), np.arange(n), center, out, position_bias)
 
 

@@ -8,8 +8,8 @@ import numpy as np
 from aflite_fast.io.fingerprint import block_rows
 from aflite_fast.io.formats import open_rows
 from aflite_fast.io.rowsource import RowSource
-from aflite_fast._rows import first_nonfinite_row, first_row_beyond
-from aflite_fast._threads import for_row_ranges
+from aflite_fast.io.rows import first_nonfinite_row, first_row_beyond
+from aflite_fast.runtime.threads import for_row_ranges
 
 #: Largest magnitude the float32 kernel can hold; float64 values beyond it would become inf.
 FLOAT32_MAX = float(np.finfo(np.float32).max)

@@ -34,7 +34,7 @@ def filter_dataset(ds, embedding_column, label_column, *, groups_column=None, **
     >>> kept, result = filter_dataset(ds, "embedding", "label", target_size=10_000,
     ...                               train_size=0.5, random_state=0)  # doctest: +SKIP
     """
-    from aflite_fast.algorithm import aflite
+    from aflite_fast.filtering.loop import aflite
 
     X = dataset_rows(ds, embedding_column)
     y = dataset_column(ds, label_column, "labels")

@@ -19,17 +19,17 @@ c. ``warn_not_converged``: a ConvergenceWarning when any model stopped at max_it
    that silence it without importing scikit-learn (``warnings.filterwarnings(message=...)``).
 """
 import warnings
-
 import numpy as np
+from aflite_fast.core.solver import STATUS_NAMES
+from aflite_fast.io.scale import DataScale
 
-from aflite_fast.kernel import STATUS_NAMES
 
 _CONVERGED = next(code for code, name in STATUS_NAMES.items() if name == "converged")
-#: Above this |X - column mean| the likely cause of a stuck solver is the scale of X.
-LARGE_VALUE = 1e6
+
 
 #: A regular expression matching the message of :func:`warn_not_converged`'s warning.
 NOT_CONVERGED_MESSAGE = r"\d+ of \d+ .*\(s\) did not converge \("
+
 
 __all__ = ["ConvergenceWarning", "NOT_CONVERGED_MESSAGE", "DataScale", "status_counts", "total_status", "unmoved", "check_trained",
            "warn_not_converged", "check_solver_result"]
@@ -63,43 +63,6 @@ def total_status(counts):
 def unmoved(n_iter, status):
     """True for each model that took no step and did not converge (still its starting point)."""
     return (np.asarray(n_iter) == 0) & (np.asarray(status) != _CONVERGED)
-
-
-class DataScale:
-    """The largest ``|X - center|`` of X and its column, computed on first use and kept.
-
-    One chunked pass over X (memmaps too), paid only when a model failed and the cause is
-    wanted.  ``X=None`` (e.g. data on a Dask cluster) knows nothing.
-    """
-
-    def __init__(self, X, center=None):
-        self.X, self.center, self._value = X, center, None
-
-    def largest(self):
-        """(value, column), or None without X."""
-        if self.X is None:
-            return None
-        if self._value is None:
-            from aflite_fast.data import SCAN_CHUNK_BYTES
-
-            n, d = self.X.shape
-            chunk = max(1, SCAN_CHUNK_BYTES // max(1, d * self.X.dtype.itemsize))
-            center = np.zeros(d) if self.center is None else np.asarray(self.center, dtype=np.float64)
-            worst = np.zeros(d)
-            for start in range(0, n, chunk):
-                block = np.asarray(self.X[start:start + chunk], dtype=np.float64)
-                np.maximum(worst, np.abs(block - center).max(axis=0), out=worst)
-            col = int(np.argmax(worst))
-            self._value = (float(worst[col]), col)
-        return self._value
-
-    def too_large(self):
-        found = self.largest()
-        return found is not None and found[0] > LARGE_VALUE
-
-    def describe(self):
-        value, col = self.largest()
-        return f"|X - column mean| reaches {value:.3g} in column {col}"
 
 
 def check_trained(n_iter, status, scale=None, *, what="model"):

@@ -5,7 +5,7 @@ the same probe on random subsets of the same size, on the filtering representati
 second representation the filter never saw.  :func:`evaluate_filter` measures that:
 
 a. Probe: out-of-fold probabilities of the package's own kernel
-   (:func:`aflite_fast.oof.oof_run`: multinomial logistic regression, stratified ``cv`` folds,
+   (:func:`aflite_fast.filtering.oof.oof_run`: multinomial logistic regression, stratified ``cv`` folds,
    grouped folds with ``groups``) on each set, its prediction the most probable class.
 b. Figures of each set (all rows, the kept rows, ``n_random`` uniform random subsets of all rows
    of the kept set's size): balanced accuracy (mean recall over the set's classes), plain
@@ -17,7 +17,7 @@ c. A drop is "clear" when ``random_balanced_accuracy - kept_balanced_accuracy`` 
    :data:`MIN_DROP` and at least :data:`DROP_SIGMAS` times the random subsets' standard deviation.
 d. The verdict, in this order:
 
-   - ``"chance"``: the run's chance check (``result``, :mod:`aflite_fast.chance`) found phase 0's
+   - ``"chance"``: the run's chance check (``result``, :mod:`aflite_fast.filtering.chance`) found phase 0's
      rows at or above tau within what permuted labels give: what was removed is what chance
      removes, whatever the probes say.
    - ``"bias_removed"``: a clear drop on the filtering representation, confirmed either by a
@@ -89,7 +89,7 @@ class EvaluationResult(RepresentationScores):
     features : RepresentationScores or None
         The same figures on the second representation (``features=``).
     chance : dict or None
-        The run's chance check (:meth:`aflite_fast.chance.ChanceCheck.as_dict`) when ``result``
+        The run's chance check (:meth:`aflite_fast.filtering.chance.ChanceCheck.as_dict`) when ``result``
         carried one.
     verdict : str
         One of :data:`VERDICTS` (module docstring, d); ``reason`` says why in one sentence.
@@ -142,7 +142,7 @@ def balanced_accuracy(y_true, y_pred):
 def _probe(X, y, rows, groups, cv, seed, n_jobs, what, names):
     """(balanced accuracy, accuracy, majority rate) of the out-of-fold probe on ``rows`` (``y``:
     label codes, ``names`` the labels they stand for)."""
-    from aflite_fast.oof import oof_run
+    from aflite_fast.filtering.oof import oof_run
 
     y_rows = y[rows]
     classes, counts = np.unique(y_rows, return_counts=True)
@@ -259,10 +259,10 @@ def evaluate_filter(X, y, keep, *, result=None, features=None, cv=5, n_random=3,
     >>> ev = evaluate_filter(X, y, res.keep, result=res, features=X_bow)          # doctest: +SKIP
     >>> print(ev.summary())                                                       # doctest: +SKIP
     """
-    from aflite_fast.data import encode_labels, open_embeddings, scan_rows
-    from aflite_fast.degenerate import check_scale
-    from aflite_fast.engine import seed_entropy
-    from aflite_fast.groups import encode_groups
+    from aflite_fast.io.inputs import encode_labels, open_embeddings, scan_rows
+    from aflite_fast.core.degenerate import check_scale
+    from aflite_fast.phase.partitions import seed_entropy
+    from aflite_fast.phase.groups import encode_groups
 
     X = open_embeddings(X)
     n = X.shape[0]

@@ -7,7 +7,7 @@ probability on it, or confidently predicts another class.  See ``docs/label_issu
 Design
 A. Scoring is separate from deciding (as in cleanlab's ``rank`` vs ``filter``): each filter
    is a pure function of (pred_probs, labels) that returns a ranking and a boolean mask;
-   the functions taking X run the kernel once through :func:`aflite_fast.oof.oof_run`, or
+   the functions taking X run the kernel once through :func:`aflite_fast.filtering.oof.oof_run`, or
    reuse ``pred_probs=`` the caller already has.
 B. Self-confidence (Northcutt et al., 2021, "Confident Learning", section on ranking):
    score_i = p(y_i | x_i) out of sample; low means suspicious.  Flag below ``threshold``
@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from aflite_fast.data import encode_labels
-from aflite_fast.oof import oof_run
+from aflite_fast.io.inputs import encode_labels
+from aflite_fast.filtering.oof import oof_run
 
 
 @dataclass

@@ -7,13 +7,13 @@ predictions).  Up to ``slice_size`` rows with the highest scores among those sco
 least ``tau`` are removed; if fewer than ``slice_size`` rows reach ``tau``, those are removed
 and filtering stops (Algorithm 1).  It never removes below ``target_size``.
 
-With ``groups`` every partition trains on whole groups (see :mod:`aflite_fast.groups`), and
+With ``groups`` every partition trains on whole groups (see :mod:`aflite_fast.phase.groups`), and
 ``remove="group"`` removes a group together when its mean score reaches ``tau``.  With
 ``checkpoint`` the loop's state is saved after every phase and a run given the same
-checkpoint continues from it (see :mod:`aflite_fast.checkpoint`).  With
+checkpoint continues from it (see :mod:`aflite_fast.filtering.checkpoint`).  With
 ``null="permutation"`` every phase also scores its partitions with the labels permuted
 ``n_null`` times and records how many rows reach tau by chance; ``stop="null"`` stops when
-the observed count does not exceed that (see :mod:`aflite_fast.null`).
+the observed count does not exceed that (see :mod:`aflite_fast.filtering.null`).
 """
 import numbers
 import os
@@ -25,24 +25,28 @@ from typing import List, Optional
 import numpy as np
 from tqdm.auto import tqdm
 
-from aflite_fast import engine
-from aflite_fast._mode_names import REMOVE_MODES, TIE_BREAKS
-from aflite_fast._solver_status import DataScale, check_trained, status_counts, total_status, warn_not_converged
-from aflite_fast._threads import effective_n_threads
-from aflite_fast.chance import N_PERMUTATIONS, ChanceCheck, warn_if_chance
-from aflite_fast.checkpoint import Checkpoint, LoopState, data_fingerprint
-from aflite_fast.data import Labels, encode_labels, open_embeddings, scan_rows
-from aflite_fast.degenerate import check_moved, check_scale
-from aflite_fast.eval_rows import eligible_positions, eval_mask, train_positions
-from aflite_fast.eval_rows import fingerprint as eval_fingerprint
-from aflite_fast.groups import check_group_train_size, partition_groups, select_groups
+from aflite_fast.phase import gather
+from aflite_fast.phase import local
+from aflite_fast.phase import partitions
+from aflite_fast.phase import plan
+from aflite_fast.filtering.modes import REMOVE_MODES, TIE_BREAKS
+from aflite_fast.io.scale import DataScale
+from aflite_fast.core.solver_status import check_trained, status_counts, total_status, warn_not_converged
+from aflite_fast.runtime.threads import effective_n_threads
+from aflite_fast.filtering.chance import N_PERMUTATIONS, ChanceCheck, warn_if_chance
+from aflite_fast.filtering.checkpoint import Checkpoint, LoopState, data_fingerprint
+from aflite_fast.io.inputs import Labels, encode_labels, open_embeddings, scan_rows
+from aflite_fast.core.degenerate import check_moved, check_scale
+from aflite_fast.phase.evaluation_rows import eligible_positions, eval_mask, train_positions
+from aflite_fast.phase.evaluation_rows import fingerprint as eval_fingerprint
+from aflite_fast.phase.groups import check_group_train_size, partition_groups, select_groups
 from aflite_fast.io.fingerprint import ContentHash
 from aflite_fast.io.rowsource import RowSource
 from aflite_fast.io.watch import InputWatch, describe
-from aflite_fast.kernel import SolverOptions
-from aflite_fast.losses import resolve_loss
-from aflite_fast.multiple_choice import check_shape, encode_choices
-from aflite_fast.null import check_null_args, null_codes, summarize
+from aflite_fast.core.solver import SolverOptions
+from aflite_fast.core.losses import resolve_loss
+from aflite_fast.phase.multiple_choice import check_shape, encode_choices
+from aflite_fast.filtering.null import check_null_args, null_codes, summarize
 
 
 #: Equal-width bins over [0, 1] of the per-phase score histogram (``PhaseRecord.score_hist``).
@@ -66,7 +70,7 @@ class PhaseRecord:
     ``null_mean`` and ``null_std`` their mean and standard deviation (None for one
     permutation), ``null_share`` the mean's share of ``n_active``, ``null_excess`` the observed
     ``n_above_tau`` minus ``null_mean``, ``null_margin`` the excess ``stop="null"`` asks for
-    (:func:`aflite_fast.null.summarize`) and ``null_seconds`` the part of ``seconds`` spent on
+    (:func:`aflite_fast.filtering.null.summarize`) and ``null_seconds`` the part of ``seconds`` spent on
     the null.
 
     ``solver_status`` counts the phase's (observed) partition models by solver status
@@ -74,7 +78,7 @@ class PhaseRecord:
 
     ``bytes_moved``: bytes sent between processes by the phase (null passes included):
     ``backend="dask"`` counts the arrays it sends each way (docs/dask.md), the local engine 0.
-    ``chance`` (phase 0 only, with the chance check on): :meth:`aflite_fast.chance.ChanceCheck.as_dict`.
+    ``chance`` (phase 0 only, with the chance check on): :meth:`aflite_fast.filtering.chance.ChanceCheck.as_dict`.
     """
 
     phase: int
@@ -129,7 +133,7 @@ class AFLiteResult:
     resumed_from : int
         Phase the run continued from when it resumed a checkpoint (0 for a fresh run).
     chance : ChanceCheck or None
-        Phase 0's rows at or above tau against label permutations (:mod:`aflite_fast.chance`);
+        Phase 0's rows at or above tau against label permutations (:mod:`aflite_fast.filtering.chance`);
         None with ``chance_check=False``.
     """
 
@@ -228,7 +232,7 @@ def _tie_key(tie_break, entropy, phase, seen):
 
 def _eligible(res, active_groups, remove, tau, budget, removable=None, tie_key=None):
     """Positions to remove (at most ``budget`` rows) and the rows that could be removed, from
-    one phase's :class:`~aflite_fast.engine.PhaseScores`: per row or per group.  ``removable``
+    one phase's :class:`~aflite_fast.phase.scores.PhaseScores`: per row or per group.  ``removable``
     (positions, sorted) restricts both to those positions (``eval_only_score``); ``tie_key``
     (:func:`_tie_key`) stands in for the label's probability between equal scores."""
     if removable is not None:
@@ -253,12 +257,12 @@ class _Subset:
 
 
 def _train_rows(active, train_pos):
-    """``train_rows(j)`` of :func:`~aflite_fast.degenerate.check_moved`: the rows of X partition j trained on."""
+    """``train_rows(j)`` of :func:`~aflite_fast.core.degenerate.check_moved`: the rows of X partition j trained on."""
     return lambda j: active[train_pos[j][train_pos[j] >= 0]]
 
 
 def _check_moved(res, X, center, active, train_pos, tol, what):
-    """:func:`~aflite_fast.degenerate.check_moved` for one cold-started scoring (local backend only:
+    """:func:`~aflite_fast.core.degenerate.check_moved` for one cold-started scoring (local backend only:
     it may read the unmoved models' training rows)."""
     if isinstance(X, (np.ndarray, RowSource)):
         check_moved(res.coef, res.status, X=X, center=center, train_rows=_train_rows(active, train_pos),
@@ -268,9 +272,9 @@ def _check_moved(res, X, center, active, train_pos, tol, what):
 def score_nulls(score_phase, X, codes, active, center, train_pos, entropy, phase, n_null, groups, solver, scale,
                 first=0):
     """Yield this phase's partitions scored under label permutations ``first``..``n_null - 1``
-    (:mod:`aflite_fast.null`): a cold-started ``score_phase`` each, whose models are refused
-    like the observed ones when they did not train (:func:`~aflite_fast._solver_status.check_trained`,
-    :func:`~aflite_fast.degenerate.check_moved`).
+    (:mod:`aflite_fast.filtering.null`): a cold-started ``score_phase`` each, whose models are refused
+    like the observed ones when they did not train (:func:`~aflite_fast.core.solver_status.check_trained`,
+    :func:`~aflite_fast.core.degenerate.check_moved`).
     The consumer drops each result before asking for the next (the engine's memory budget
     holds one phase at a time)."""
     for i in range(first, n_null):
@@ -297,7 +301,7 @@ def _null_counts(score_phase, X, codes, active, center, train_pos, entropy, phas
 
 
 def _null_pass(*args):
-    """:func:`~aflite_fast.null.summarize` of :func:`_null_counts` (permutations 0..n_null - 1),
+    """:func:`~aflite_fast.filtering.null.summarize` of :func:`_null_counts` (permutations 0..n_null - 1),
     and the bytes moved."""
     counts, moved = _null_counts(*args)
     return summarize(counts), moved
@@ -348,8 +352,8 @@ def problem_labels(X, y, position_bias=False):
 
 
 def check_multiple_choice_loss(spec, multiple_choice):
-    """Refuse a loss that does not apply to multiple choice (:mod:`aflite_fast.multiple_choice`, c)."""
-    from aflite_fast.kernel import MC_FORWARD_MESSAGE
+    """Refuse a loss that does not apply to multiple choice (:mod:`aflite_fast.phase.multiple_choice`, c)."""
+    from aflite_fast.core.losses import MC_FORWARD_MESSAGE
 
     if multiple_choice and spec.name == "forward":
         raise ValueError(MC_FORWARD_MESSAGE)
@@ -367,9 +371,9 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
     ----------
     X : ndarray, numpy.memmap or path to a ``.npy``/``.npz`` file (``FILE.npz:KEY``), shape (N, d) or (N, K, d)
         Embeddings, float16/32/64 or integers, either byte order (see
-        :func:`aflite_fast.data.open_embeddings`).  Memory maps are read in chunks, never copied whole.
+        :func:`aflite_fast.io.inputs.open_embeddings`).  Memory maps are read in chunks, never copied whole.
         A 3-D X is multiple choice: N items of K candidate answers each (see
-        :mod:`aflite_fast.multiple_choice`); an item is a row of the algorithm, and each
+        :mod:`aflite_fast.phase.multiple_choice`); an item is a row of the algorithm, and each
         partition model a linear scorer of candidates trained with the softmax over an item's
         candidates.
     y : array-like of shape (N,)
@@ -389,7 +393,7 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
     C : float, default=1.0
         Inverse L2 strength of the linear models (scikit-learn's meaning).
     loss : str, default="ce"
-        Training loss (see :data:`aflite_fast.losses.LOSS_NAMES`); ``loss_params`` its parameters.
+        Training loss (see :data:`aflite_fast.core.losses.LOSS_NAMES`); ``loss_params`` its parameters.
     max_memory : int or str, optional
         Budget for training rows and prediction chunks, e.g. ``"2GB"``; default a quarter of
         physical memory.  It changes speed and memory, never results.
@@ -404,9 +408,9 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
         Stopping rules of each model's L-BFGS (max |gradient| and iterations).
     backend : {"local", "dask"}, default="local"
         ``"dask"`` scores each phase on a dask.distributed cluster
-        (:func:`aflite_fast.distributed.score_phase_dask`): X (a dask array, a ``.npy``/``.zarr``
+        (:func:`aflite_fast.phase.dask_backend.score_phase_dask`): X (a dask array, a ``.npy``/``.zarr``
         path, a list of ``.npy`` shards, a memmap, or a
-        :class:`~aflite_fast.distributed.DaskEmbeddings`) stays on the workers; the loop and
+        :class:`~aflite_fast.phase.dask_backend.DaskEmbeddings`) stays on the workers; the loop and
         the result are the same as with ``"local"``.  ``n_jobs`` is then the kernel threads
         per task (None: each worker's thread count).  See docs/dask.md.
     client : distributed.Client, optional
@@ -421,7 +425,7 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
     remove : {"row", "group"}, default="row"
         ``"group"`` (needs ``groups``) removes whole groups whose mean score reaches tau,
         most predictable first, as many as fit in the slice (see
-        :func:`aflite_fast.groups.select_groups`).
+        :func:`aflite_fast.phase.groups.select_groups`).
     checkpoint : str or os.PathLike, optional
         A file where the state is saved (atomically) after every phase.  If it exists, the run
         continues from it and gives the result of an uninterrupted run; a checkpoint of other
@@ -435,7 +439,7 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
         ``null_excess``, ``null_margin``).  Each permutation costs about one more phase; the
         null models start cold, so the observed result (keep, removed, scores) is bitwise that
         of a run without the null unless ``stop`` uses it.  See docs/null.md and
-        :mod:`aflite_fast.null`.
+        :mod:`aflite_fast.filtering.null`.
     n_null : int, default=1
         Permutations per phase.  The stop rule needs a spread: with one permutation only the
         Poisson floor ``sqrt(mean)`` is known, which real scores exceed (docs/null.md); use 3
@@ -451,7 +455,7 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
         set, so every model of every phase predicts each active one (``seen`` equals
         ``n_partitions``); they are scored as every row is.  ``train_size`` then counts the
         training-eligible active rows (the other active rows; a fraction is a share of them).
-        See :mod:`aflite_fast.eval_rows`.
+        See :mod:`aflite_fast.phase.evaluation_rows`.
     eval_only_score : bool, default=False
         With ``eval_rows``: score the evaluation rows but never remove them; ``target_size``
         and ``slice_size`` then count the other rows only.
@@ -461,14 +465,14 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
     column : str, optional
         When X is the path of a table (a Hugging Face dataset or ``.arrow`` file, a Parquet file
         or directory): its embedding column (see docs/formats.md and
-        :func:`aflite_fast.data.open_embeddings`).
+        :func:`aflite_fast.io.inputs.open_embeddings`).
     chance_check : bool, default=True
         Score phase 0's partitions again under 3 label permutations (the null's, reused when
         ``null="permutation"`` already scores as many) and record in ``result.chance`` whether
         phase 0's rows at or above tau exceed the permuted count by the margin of
         ``stop="null"``; when they do not (and ``stop="paper"``), warn with
         :class:`aflite_fast.ChanceWarning`.  It costs about 3 cold-started phase-0 scorings and
-        never changes what is removed (see :mod:`aflite_fast.chance`, docs/evaluation.md).
+        never changes what is removed (see :mod:`aflite_fast.filtering.chance`, docs/evaluation.md).
     tie_break : {"label_prob", "random"}, default="label_prob"
         The order of rows of equal score within a phase (which of them fit in the slice):
         ``"label_prob"``: higher mean held-out probability of the row's label first, then lower
@@ -512,14 +516,14 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
         if column is not None:
             raise ValueError("column= reads a table file, which backend='dask' does not take; convert the "
                              "collection to .npy shards (docs/formats.md)")
-        from aflite_fast import distributed
-        X = distributed.DaskEmbeddings.open(X, client)  # multiple choice: X.ndim == 3, items on the workers
-        scan, score_phase = distributed.scan_rows_dask, distributed.score_phase_dask
+        from aflite_fast.phase import dask_backend
+        X = dask_backend.DaskEmbeddings.open(X, client)  # multiple choice: X.ndim == 3, items on the workers
+        scan, score_phase = dask_backend.scan_rows_dask, dask_backend.score_phase_dask
         labels, multiple_choice = problem_labels(X, y, position_bias)
         X_rows = X  # the scan reads the candidate rows of multiple-choice X (X.row_shape)
     elif backend == "local":
         X, labels, X_rows, multiple_choice = open_problem(X, y, position_bias, column)
-        scan, score_phase = scan_rows, engine.score_phase
+        scan, score_phase = scan_rows, local.score_phase
     else:
         raise ValueError(f"backend must be 'local' or 'dask', got {backend!r}")
     n_rows, n_features = X.shape[0], X.shape[-1]
@@ -547,12 +551,12 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
     if random_state is None and store is not None and store.saved_seed is not None:
         entropy = int(store.saved_seed)
     else:
-        entropy = engine.seed_entropy(random_state)
+        entropy = partitions.seed_entropy(random_state)
     options = SolverOptions(tol=tol, max_iter=max_iter)
-    budget = engine.parse_memory(max_memory)  # fail early on a bad budget string
+    budget = local.parse_memory(max_memory)  # fail early on a bad budget string
     if backend == "local":  # ... and on a phase the budget cannot hold (before allocating it)
-        _, D, n_out = engine.phase_shape(X, labels.n_classes, position_bias)
-        engine.check_phase_memory(n_rows, n_rows, settings.n_partitions, settings.train_rows(n_rows),
+        _, D, n_out = plan.phase_shape(X, labels.n_classes, position_bias)
+        plan.check_phase_memory(n_rows, n_rows, settings.n_partitions, settings.train_rows(n_rows),
                                   D - 1, n_out, budget)
     # a checkpoint needs the fingerprint of every row, which the scan computes as it reads them
     # the rows scanned: (N, d), or the (N x K, d) candidate rows of multiple choice
@@ -593,7 +597,7 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
                   n_threads=n_threads)
     if backend == "local":
         # every phase (and null pass) gathers its rows into the same buffer
-        solver["workspace"] = engine.Workspace()
+        solver["workspace"] = gather.Workspace()
     if multiple_choice:
         solver["position_bias"] = bool(position_bias)
     bar = tqdm(total=max(0, n_rows - settings.target_size), initial=int(state.removed.size),
@@ -646,7 +650,7 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
                 by_chance = stop != "paper" and summary.within(n_eligible)
                 if by_chance:  # no more rows reach tau than chance gives: none of them goes
                     chosen = chosen[:0]
-            if chance_check and phase == 0:  # aflite_fast.chance
+            if chance_check and phase == 0:  # aflite_fast.filtering.chance
                 chance_start, counts = time.perf_counter(), list(summary.counts) if null is not None else []
                 if len(counts) < N_PERMUTATIONS:  # the null's first permutations are the check's
                     more, more_bytes = _null_counts(score_phase, X, labels.codes, active, center, train_pos, entropy,
@@ -704,15 +708,15 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
 def filter_on_cluster(scheduler, X, y, *, chunk_rows=None, **aflite_kwargs):
     """:func:`aflite` with ``backend="dask"`` on the cluster at ``scheduler``.
 
-    Connects (:func:`aflite_fast.distributed.connect`: an address, a scheduler file or
+    Connects (:func:`aflite_fast.phase.dask_backend.connect`: an address, a scheduler file or
     ``"local"`` / ``"local:N"``), puts X on the cluster (a ``.npy`` path, a list of ``.npy``
     shards, a ``.zarr`` path, an ndarray or a dask array), runs the loop and returns its
     AFLiteResult.  The client is closed afterwards, also after an error.
     """
-    from aflite_fast import distributed
-    client = distributed.connect(scheduler)
+    from aflite_fast.phase import dask_backend
+    client = dask_backend.connect(scheduler)
     try:
-        Xd = distributed.DaskEmbeddings(X, client, chunk_rows=chunk_rows)
+        Xd = dask_backend.DaskEmbeddings(X, client, chunk_rows=chunk_rows)
         return aflite(Xd, y, backend="dask", **aflite_kwargs)
     finally:
-        distributed.close_client(client)
+        dask_backend.close_client(client)

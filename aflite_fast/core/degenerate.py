@@ -10,7 +10,7 @@ b. X whose scale leaves the solver unable to move (:func:`check_scale`): when th
    the start (``mean((p - e_y) x)``, with ``|p - e_y| <= 1``) is already below ``tol``, so the
    solver stops with the weights where they started (rows multiplied by 1e-12, subnormal values).
    A sample of :data:`SAMPLE_ROWS` rows spread over X is looked at first; the full pass over X
-   (:class:`aflite_fast._solver_status.DataScale`) is paid only when the sample is that flat.
+   (:class:`aflite_fast.io.scale.DataScale`) is paid only when the sample is that flat.
 c. A forward-correction matrix T that is not row-stochastic or is singular
    (:func:`check_transition`): ``T[i, j] = P(noisy label j | true label i)`` must have
    non-negative rows summing to 1, and forward correction (Patrini et al., CVPR 2017) assumes T
@@ -29,11 +29,12 @@ d. Models whose weights never left their start, whatever the solver status says
    Warm-started models are not checked: their start is itself a trained model.
 """
 import numpy as np
+from aflite_fast.io.scale import DataScale
+
 
 #: Rows of X looked at by the cheap first look of :func:`check_scale`.
 SAMPLE_ROWS = 2048
-#: T is singular when its smallest singular value is at most this times its largest.
-SINGULAR_RTOL = 1e-8
+
 
 _PRIOR = ("so every model would predict the class prior alone and filtering would only remove "
           "rows of the majority class")
@@ -45,9 +46,9 @@ def check_scale(X, center, tol):
     Parameters
     ----------
     X : ndarray or memmap (N, d)
-        Validated embeddings (:func:`aflite_fast.data.open_embeddings`).
+        Validated embeddings (:func:`aflite_fast.io.inputs.open_embeddings`).
     center : ndarray (d,)
-        Column means (from :func:`aflite_fast.data.scan_rows`).
+        Column means (from :func:`aflite_fast.io.inputs.scan_rows`).
     tol : float
         The solver's tolerance on the largest gradient component.
     """
@@ -57,7 +58,6 @@ def check_scale(X, center, tol):
     rows = np.asarray(X[sample], dtype=np.float64)
     if np.abs(rows - center64).max() > tol:
         return
-    from aflite_fast._solver_status import DataScale
 
     value, col = DataScale(X, center).largest()
     if value == 0.0:
@@ -68,21 +68,6 @@ def check_scale(X, center, tol):
             f"X's scale leaves the solver unable to move: the largest |X - column mean| is {value:.3g} "
             f"(column {col}), at or below the solver's tolerance tol={tol:g}: every weight's gradient "
             f"is below tol at the start, {_PRIOR}; standardize X's columns (or multiply X by a constant)")
-
-
-def check_transition(T):
-    """Raise ValueError unless ``T`` (C x C, float64) is row-stochastic and invertible (c)."""
-    T = np.asarray(T, dtype=np.float64)
-    if not np.all(np.isfinite(T)) or np.any(T < 0) or not np.allclose(T.sum(axis=1), 1.0, atol=1e-6):
-        sums = ", ".join(f"{s:.4g}" for s in T.sum(axis=1)[:6]) if np.all(np.isfinite(T)) else "not finite"
-        raise ValueError("forward: T must be row-stochastic (finite, non-negative, each row summing to 1: "
-                         f"T[i, j] = P(noisy label j | true label i)); its row sums are {sums}")
-    s = np.linalg.svd(T, compute_uv=False)
-    if s[-1] <= SINGULAR_RTOL * s[0]:
-        rank = int(np.count_nonzero(s > SINGULAR_RTOL * s[0]))
-        raise ValueError(f"forward: T is singular (rank {rank} of {T.shape[0]}): some true classes give the "
-                         "same noisy-label distribution, so forward correction cannot tell them apart; "
-                         "give an invertible T")
 
 
 def unmoved_weights(coef, start=None):
@@ -124,7 +109,7 @@ def check_moved(coef, status=None, *, X, center=None, train_rows, tol, what="mod
         return
     detail = ""
     if status is not None:
-        from aflite_fast._solver_status import status_counts
+        from aflite_fast.core.solver_status import status_counts
 
         counts = status_counts(np.asarray(status)[flat])
         detail = " (solver status: " + ", ".join(f"{k}: {v}" for k, v in counts.items() if v) + ")"

@@ -16,7 +16,7 @@ import numbers
 
 import numpy as np
 
-from aflite_fast.engine import TRAIN_PAD, partition_train_positions
+from aflite_fast.phase.partitions import TRAIN_PAD, partition_train_positions
 
 
 def eval_mask(eval_rows, n_rows):
@@ -65,7 +65,7 @@ def eligible_positions(active, is_eval):
 
 def train_positions(entropy, phase, active, is_eval, train_size, n_partitions, groups=None):
     """Training positions (in the active set) of every partition of a phase, drawn among the
-    training-eligible active rows only (:func:`aflite_fast.engine.partition_train_positions`
+    training-eligible active rows only (:func:`aflite_fast.phase.partitions.partition_train_positions`
     over them, mapped back to active positions: still sorted, padded with ``TRAIN_PAD``).
 
     ``groups`` holds the group code of every active position."""

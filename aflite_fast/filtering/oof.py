@@ -8,21 +8,21 @@ which label-error tools such as cleanlab consume (``find_label_issues(labels, pr
 
 Design
 A. Every fold's model is one column of a uint8 membership matrix over the same rows, so all
-   K folds are trained by one call of the kernel (``kernel.train_models``): each solver step
+   K folds are trained by one call of the kernel (``solver.train_models``): each solver step
    evaluates all unfinished folds with one GEMM pass over X instead of K separate passes.
-   Folds may differ in size (StratifiedKFold's do), which ``engine.score_phase`` (equal-size
+   Folds may differ in size (StratifiedKFold's do), which ``local.score_phase`` (equal-size
    random partitions) does not express; ``_fit_predict_subsets`` below takes any training and
    test sets and reuses the engine's block planner and the kernel's prediction pass.
 B. Held-out means "in this fold's test set", given separately from the training set, so a
    custom splitter whose test sets do not cover the complement of the training set is
    handled exactly as ``cross_val_predict`` would.
 C. With ``n_partitions=m`` the folds are replaced by AFLite's m random partitions of phase 0
-   (``engine.partition_train_positions``) and each row's probabilities are averaged over the
-   partitions that held it out; this path calls ``engine.score_phase`` itself, so its counts
+   (``partitions.partition_train_positions``) and each row's probabilities are averaged over the
+   partitions that held it out; this path calls ``local.score_phase`` itself, so its counts
    are exactly :func:`aflite_fast.predictability`'s for the same ``random_state``.
 D. With ``groups`` no group is split between a training and a held-out set: an int ``cv``
    gives ``StratifiedGroupKFold``, a splitter gets ``split(X, y, groups)``, given pairs are
-   checked, and partitions draw whole groups (``engine.partition_train_positions``).
+   checked, and partitions draw whole groups (``partitions.partition_train_positions``).
 E. Results depend on the inputs, the folds and ``random_state`` only: the kernel's sums are
    in fixed row blocks (aligned to row positions), so neither thread count, memory budget,
    nor memory-mapped input changes them.
@@ -33,18 +33,24 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from aflite_fast import engine, kernel
-from aflite_fast._memory import parse_memory
-from aflite_fast._threads import effective_n_threads
-from aflite_fast.algorithm import validate_settings
-from aflite_fast.data import encode_labels, gather_rows, open_embeddings, scan_rows
-from aflite_fast.groups import encode_groups, partition_groups
-from aflite_fast.losses import resolve_loss
+from aflite_fast.core import preconditioning
+from aflite_fast.phase import gather
+from aflite_fast.phase import local
+from aflite_fast.phase import partitions
+from aflite_fast.phase import plan
+from aflite_fast.core import prediction
+from aflite_fast.core import solver
+from aflite_fast.runtime.memory import parse_memory
+from aflite_fast.runtime.threads import effective_n_threads
+from aflite_fast.filtering.loop import validate_settings
+from aflite_fast.io.inputs import encode_labels, gather_rows, open_embeddings, scan_rows
+from aflite_fast.phase.groups import encode_groups, partition_groups
+from aflite_fast.core.losses import resolve_loss
 
 
 @dataclass
 class OOFRun:
-    """Everything one out-of-sample run produced (used by :mod:`aflite_fast.label_issues`).
+    """Everything one out-of-sample run produced (used by :mod:`aflite_fast.filtering.label_issues`).
 
     Attributes
     ----------
@@ -92,7 +98,7 @@ def _sklearn_seed(random_state):
         if random_state < 0:
             raise ValueError(f"random_state must be non-negative, got {random_state}")
         return int(random_state) % (2**32)
-    return engine.seed_entropy(random_state) % (2**32)
+    return partitions.seed_entropy(random_state) % (2**32)
 
 
 def make_folds(cv, codes, random_state=None, groups=None):
@@ -164,15 +170,15 @@ def _overhead_bytes(n, n_models, D, n_classes, budget):
     float32 prediction operand) and the gather buffer."""
     per_row = 2 * n_models + 4 + 16 + n_classes * (8 + 4 + 8)
     models = n_models * D * n_classes * (8 + 4)
-    return (n * per_row + models + engine.gather_chunk_bytes(budget)
-            + engine.prediction_fixed_bytes(n_models, n_classes, D - 1))
+    return (n * per_row + models + plan.gather_chunk_bytes(budget)
+            + plan.prediction_fixed_bytes(n_models, n_classes, D - 1))
 
 
 def _fit_predict_subsets(X, codes, center, member, heldout, *, n_classes, C, loss, options,
                          max_memory, n_threads, bar=None):
     """Train one model per column of ``member`` and accumulate predictions where ``heldout``.
 
-    Like ``engine.score_phase`` on the active set ``arange(N)``, but training sets are any
+    Like ``local.score_phase`` on the active set ``arange(N)``, but training sets are any
     columns of ``member`` (N, K) and held-out sets any columns of ``heldout`` (N, K).  ``bar``
     (a tqdm bar) counts the rows predicted.
     """
@@ -186,14 +192,14 @@ def _fit_predict_subsets(X, codes, center, member, heldout, *, n_classes, C, los
             f"max_memory={budget / 1e9:.3g} GB does not cover the per-row arrays "
             f"({overhead / 1e9:.3g} GB for {n} rows and {K} models); raise max_memory")
     budget -= overhead
-    blocks = engine.plan_blocks(member, budget, d, n_classes, options.history, overhead, n_threads)
+    blocks = plan.plan_blocks(member, budget, d, n_classes, options.history, overhead, n_threads)
     coef = np.zeros((K, D, n_classes))
     n_iter = np.zeros(K, dtype=np.int32)
     status = np.zeros(K, dtype=np.int32)
-    Ck = engine.kernel_C(C, n_classes)
+    Ck = plan.kernel_C(C, n_classes)
     precond = None
     if options.precondition:
-        precond = engine.phase_preconditioner(
+        precond = preconditioning.phase_preconditioner(
             lambda rows: gather_rows(X, rows, center, np.empty((rows.size, D), dtype=np.float32),
                                      n_threads=n_threads),
             np.arange(n, dtype=np.int64), d, n_classes, Ck, float(member.sum(axis=0).mean()), n_threads)
@@ -201,8 +207,8 @@ def _fit_predict_subsets(X, codes, center, member, heldout, *, n_classes, C, los
     for block in blocks:
         bm = member[:, block]
         union = np.flatnonzero(bm.any(axis=1))
-        Xa = engine.gather_new(X, union, center, n_threads=n_threads)
-        coef_b, info = kernel.train_models(
+        Xa = gather.gather_new(X, union, center, n_threads=n_threads)
+        coef_b, info = solver.train_models(
             Xa, codes[union], np.ascontiguousarray(bm[union]), n_classes, C=Ck, loss=loss,
             coef=np.ascontiguousarray(coef[block]), positions=union, precond=precond, options=options,
             n_threads=n_threads)
@@ -216,9 +222,9 @@ def _fit_predict_subsets(X, codes, center, member, heldout, *, n_classes, C, los
     correct = np.zeros(n, dtype=np.int32)
     prob_label = np.zeros(n, dtype=np.float64)
     proba_sum = np.zeros((n, n_classes), dtype=np.float64)
-    W = kernel.stack_weights(coef)
+    W = prediction.stack_weights(coef)
     rows = np.flatnonzero(heldout.any(axis=1))
-    per_row = engine.prediction_row_bytes(d, K, n_classes)
+    per_row = plan.prediction_row_bytes(d, K, n_classes)
     chunk = int(max(1024, min(max(rows.size, 1), budget // per_row)))
     for s0 in range(0, rows.size, chunk):
         r = rows[s0:s0 + chunk]
@@ -227,10 +233,10 @@ def _fit_predict_subsets(X, codes, center, member, heldout, *, n_classes, C, los
         elif Xa_all is not None:
             Xa = Xa_all[r]
         else:
-            Xa = engine.gather_new(X, r, center, n_threads=n_threads)
+            Xa = gather.gather_new(X, r, center, n_threads=n_threads)
         s_seen, s_correct = seen[r], correct[r]
         s_prob, s_sum = prob_label[r], proba_sum[r]
-        kernel.predict_accumulate(Xa, codes[r], np.ascontiguousarray(heldout[r]), W, n_classes,
+        prediction.predict_accumulate(Xa, codes[r], np.ascontiguousarray(heldout[r]), W, n_classes,
                                   s_seen, s_correct, s_prob, s_sum, n_threads)
         seen[r], correct[r], prob_label[r], proba_sum[r] = s_seen, s_correct, s_prob, s_sum
         if bar is not None:
@@ -265,7 +271,7 @@ def oof_run(X, y, *, cv=5, C=1.0, loss="ce", loss_params=None, n_partitions=None
     X = open_embeddings(X, column)
     n_rows = X.shape[0]
     C = _check_C(C)
-    options = kernel.SolverOptions(tol=tol, max_iter=max_iter)
+    options = solver.SolverOptions(tol=tol, max_iter=max_iter)
     n_threads = effective_n_threads(n_jobs)
     budget = parse_memory(max_memory)  # fail early on a bad budget string
     if n_partitions is not None:
@@ -275,15 +281,15 @@ def oof_run(X, y, *, cv=5, C=1.0, loss="ce", loss_params=None, n_partitions=None
                                      train_size=0.5 if train_size is None else train_size,
                                      slice_size=1, tau=0.5, C=C)
         t = settings.train_rows(n_rows)
-        engine.check_phase_memory(n_rows, n_rows, settings.n_partitions, t, X.shape[1], labels.n_classes,
+        plan.check_phase_memory(n_rows, n_rows, settings.n_partitions, t, X.shape[1], labels.n_classes,
                                   budget, with_proba=True)  # before allocating the partitions
         with _progress_bar(progress, n_rows) as bar:
             center = scan_rows(X, progress=bar).astype(np.float32)
-        train_pos = engine.partition_train_positions(engine.seed_entropy(random_state), 0, n_rows, t,
+        train_pos = partitions.partition_train_positions(partitions.seed_entropy(random_state), 0, n_rows, t,
                                                      settings.n_partitions,
                                                      groups=partition_groups(groups, n_rows, t))
         proba_sum = np.zeros((n_rows, labels.n_classes), dtype=np.float64)
-        res = engine.score_phase(X, labels.codes, np.arange(n_rows, dtype=np.int64), center, train_pos,
+        res = local.score_phase(X, labels.codes, np.arange(n_rows, dtype=np.int64), center, train_pos,
                                  n_classes=labels.n_classes, C=C, loss=spec, options=options,
                                  max_memory=max_memory, n_threads=n_threads, proba_sum=proba_sum)
         seen, correct, prob_label, n_iter, status = res.seen, res.correct, res.prob_label, res.n_iter, res.status
@@ -338,7 +344,7 @@ def oof_predict_proba(X, y, *, cv=5, C=1.0, loss="ce", loss_params=None, n_parti
     ----------
     X : ndarray, numpy.memmap or path to a ``.npy``/``.npz`` file (``FILE.npz:KEY``), shape (N, d)
         Embeddings, float16/32/64 or integers, either byte order (see
-        :func:`aflite_fast.data.open_embeddings`); memory maps are read in chunks, never copied whole.
+        :func:`aflite_fast.io.inputs.open_embeddings`); memory maps are read in chunks, never copied whole.
     y : array-like of shape (N,)
         Labels of any sortable type; columns of the output follow ``np.unique(y)``.
     cv : int, splitter or iterable of (train, test) pairs, default=5

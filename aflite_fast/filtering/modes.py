@@ -1,7 +1,7 @@
 """Values of the loop's mode parameters (``remove=``, ``null=``, ``stop=``), importable without NumPy.
 
 The command line offers them as choices in ``--help`` without importing the numerical
-modules; their meaning is in :mod:`aflite_fast.groups` and :mod:`aflite_fast.null`.
+modules; their meaning is in :mod:`aflite_fast.phase.groups` and :mod:`aflite_fast.filtering.null`.
 """
 
 #: ``remove=``: single rows (the paper's rule) or whole groups.

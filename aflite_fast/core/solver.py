@@ -1,0 +1,326 @@
+"""Python side of the compiled kernel: validate, allocate and call ``_kernel``.
+
+The kernel trains a *block* of multinomial logistic regressions at once, each on a subset of
+the same rows, and predicts held-out rows with all of them in one pass (see ``_kernel.pyx``).
+Rows handed to the kernel are float32 with a trailing column of ones (the intercept);
+``augment_rows`` and :mod:`aflite_fast.io.inputs` produce them.  ``preconditioner`` builds the
+shared initial inverse Hessian of the solver from a sample of the rows, in the form that
+``preconditioner_forms`` picks from the sizes.
+
+Multiple choice (``group=K`` in :func:`train_models` and :func:`predict_accumulate`): an item's
+K candidate rows are K consecutive rows and each model is one linear scorer (one output,
+``n_classes=1``) trained with the softmax over each item's K scores; the same member pass
+serves both shapes (``csrc/afl_member.h``, E).
+"""
+import numbers
+from dataclasses import dataclass
+import numpy as np
+
+from aflite_fast.core.compiled import _kernel
+from aflite_fast.runtime.threads import limit_blas_threads
+from aflite_fast.core.losses import resolve_loss
+from aflite_fast.core.layout import COL_BLOCK, REDUCE_LEAVES, ROW_BLOCK, block_bounds, item_blocks, item_centered, reduction_layout, row_blocks_from_positions, super_blocks
+from aflite_fast.core.losses import MC_FORWARD_MESSAGE, _LOSS_FORWARD
+from aflite_fast.core import preconditioning
+from aflite_fast.core.preconditioning import _NO_MATRIX, Preconditioner, preconditioner_forms, preconditioner_sample
+
+
+STATUS_NAMES = {
+    _kernel.STATUS_CONVERGED: "converged",
+    _kernel.STATUS_MAX_ITER: "max_iter",
+    _kernel.STATUS_LINE_SEARCH: "line_search",
+    _kernel.STATUS_NOT_FINITE: "not_finite",
+}
+
+
+@dataclass
+class SolverOptions:
+    """Stopping rules of the batched L-BFGS solver.
+
+    Parameters
+    ----------
+    tol : float
+        Stop when the largest absolute gradient entry is at most ``tol`` (scikit-learn's
+        ``tol`` for ``solver="lbfgs"``; the objective is the mean loss plus the L2 term).
+        Logits are float32, so the gradient is exact to about 1e-6 only: below that, models
+        stop through ``ftol`` or the line search (reported as converged, as SciPy reports
+        its relative-reduction stop) rather than through ``tol``.
+    max_iter : int
+        Maximum number of accepted L-BFGS steps per model.
+    ftol : float
+        Stop when the relative decrease of the objective is at most ``ftol``.
+    history : int
+        Number of correction pairs kept by L-BFGS.
+    max_line_search : int
+        Backtracking steps before a model is declared stuck (at float32 precision).
+    precondition : bool
+        Start L-BFGS from the preconditioner of :func:`~aflite_fast.core.preconditioning.preconditioner` instead of the
+        identity (callers that build one: the engine, oof, the estimators).  It changes the
+        path of the solver, not its optimum.
+    """
+
+    tol: float = 1e-4
+    max_iter: int = 1000
+    ftol: float = 1e-12
+    history: int = 10
+    max_line_search: int = 30
+    precondition: bool = True
+
+    def __post_init__(self):
+        # checked here, not in the kernel: a C int or double argument would take a float
+        # max_iter or a NaN tol silently, or fail with a message naming no argument
+        for name in ("tol", "ftol"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < np.inf:
+                raise ValueError(f"{name} must be a non-negative number, got {value!r}")
+        for name, low in (("max_iter", 0), ("history", 1), ("max_line_search", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not low <= value < 2**31:
+                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        if not isinstance(self.precondition, (bool, np.bool_)):
+            raise ValueError(f"precondition must be True or False, got {self.precondition!r}")
+
+
+def train_models(Xa, y, member, n_classes, *, C=1.0, loss="ce", loss_params=None, coef=None,
+                 positions=None, precond=None, options=None, n_threads=1, group=1, n_free=1, leaves=None):
+    """Train ``member.shape[1]`` models on subsets of the rows ``Xa``.
+
+    Parameters
+    ----------
+    Xa : ndarray of shape (n, d + 1), float32, C-contiguous
+        Rows with a trailing column of ones.
+    y : ndarray of shape (n,), int32
+        Label codes in ``[0, n_classes)``.
+    member : ndarray of shape (n, B), uint8
+        ``member[i, j] == 1`` where row i trains model j.
+    n_classes : int
+        Number of classes C (>= 2).
+    C : float
+        Inverse L2 strength, scikit-learn's meaning.
+    loss : str or Loss
+        Loss name from :mod:`aflite_fast.core.losses` or a resolved loss.
+    loss_params : dict, optional
+        Parameters of the loss (e.g. ``{"q": 0.7}``).
+    coef : ndarray of shape (B, d + 1, n_classes), float64, optional
+        Starting point (warm start); updated in place and returned.  Zeros when omitted.
+    positions : ndarray of shape (n,), int64, optional
+        Positions of the rows in the active set (sorted); they fix the summation blocks.
+        Defaults to ``arange(n)``.
+    precond : None, "auto", Preconditioner or ndarray of shape (d + 1, d + 1), float32
+        Initial inverse Hessian of the solver (see :func:`~aflite_fast.core.preconditioning.preconditioner`; an array is the
+        dense form), shared by the models; ``"auto"`` estimates it from a sample of ``Xa`` in
+        the first form of :func:`preconditioner_forms`; None (or
+        ``options.precondition=False``): the identity.  It changes the solver's path, not
+        its optimum.
+    options : SolverOptions, optional
+    n_threads : int
+    group : int, default=1
+        Multiple choice with ``group`` = K > 1: ``Xa`` holds K consecutive candidate rows per
+        item (n = items x K), ``y`` and ``member`` one entry per item (``y`` the right
+        candidate, < K), ``n_classes`` must be 1 (one score per candidate) and the loss is
+        over each item's K candidates (resolved for K classes); ``positions`` are the items'.
+        ``C`` is then used as given (no two-class halving applies).
+    n_free : int, default=1
+        The last ``n_free`` rows of each model are not penalised (the intercept; for multiple
+        choice the position-bias columns, or 0).
+    leaves : ndarray of shape (n,), int64, optional
+        Reduction group of every row (its row of X // :func:`reduction_group_rows`,
+        non-decreasing; with ``group`` > 1 one per item, its item of X //
+        ``reduction_group_rows(items of X)``): each model's sums over the groups are added by
+        the reduction tree (:func:`reduction_layout`), so that :func:`train_models_with` fed
+        partial sums of whole groups from other processes gives the same bits.  None: one
+        group.
+
+    Returns
+    -------
+    coef : ndarray of shape (B, d + 1, n_classes)
+    info : dict with arrays ``n_iter`` (accepted steps), ``status``, ``objective`` and
+        ``n_eval`` (evaluations of objective and gradient), one entry per model
+    """
+    options = options or SolverOptions()
+    n, D = Xa.shape
+    B = member.shape[1]
+    if group > 1 and n_classes != 1:
+        raise ValueError(f"multiple choice (group={group}) scores each candidate with one output: n_classes must "
+                         f"be 1, got {n_classes}")
+    spec = resolve_loss(loss, loss_params, group if group > 1 else n_classes)
+    if group > 1 and spec.code == _LOSS_FORWARD:
+        raise ValueError(MC_FORWARD_MESSAGE)
+    if coef is None:
+        coef = np.zeros((B, D, n_classes), dtype=np.float64)
+    if coef.shape != (B, D, n_classes) or coef.dtype != np.float64 or not coef.flags.c_contiguous:
+        raise ValueError(f"coef must be a C-contiguous float64 array of shape {(B, D, n_classes)}")
+    n_rows = member.sum(axis=0, dtype=np.int64)
+    if np.any(n_rows == 0):
+        raise ValueError("every model needs at least one training row")
+    n_items = n // group
+    positions = np.arange(n_items, dtype=np.int64) if positions is None else np.asarray(positions, np.int64)
+    l2 = 1.0 / (float(C) * n_rows)
+    if not options.precondition or precond is None:
+        precond = Preconditioner("none")
+    elif isinstance(precond, str):
+        if precond != "auto":
+            raise ValueError(f"precond must be None, 'auto', a Preconditioner or a matrix, got {precond!r}")
+        form = preconditioner_forms(n, D)[0]
+        if group > 1:
+            sample = preconditioner_sample(n_items, -(-D // group), form)
+            precond = preconditioning.preconditioner(item_centered(Xa, sample, group), 1, float(np.mean(l2)), n_threads,
+                                     form=form, curvature=1.0)
+        else:
+            sample = preconditioner_sample(n, D, form)
+            rows = Xa if sample.size == n else Xa[sample]  # no copy when the sample is every row
+            precond = preconditioning.preconditioner(rows, n_classes, float(np.mean(l2)), n_threads, form=form)
+    elif isinstance(precond, np.ndarray):
+        if precond.shape != (D, D) or precond.dtype != np.float32 or not precond.flags.c_contiguous:
+            raise ValueError(f"precond must be a C-contiguous float32 array of shape {(D, D)}")
+        precond = Preconditioner("dense", dense=precond)
+    elif not isinstance(precond, Preconditioner):
+        raise ValueError(f"precond must be None, 'auto', a Preconditioner or a matrix, got {type(precond).__name__}")
+    if getattr(spec, "warmup", None) is not None:
+        # e.g. truncated GCE: from all-zero weights every p_y = 1/C <= k, the gradient is
+        # exactly zero and the solver cannot move; models starting at zero are first
+        # trained with the warm-up loss (plain GCE), as Zhang & Sabuncu (2018) do.
+        cold = ~coef.reshape(B, -1).any(axis=1)
+        if cold.any():
+            start, _ = train_models(Xa, y, np.ascontiguousarray(member[:, cold]), n_classes, C=C,
+                                    loss=spec.warmup, coef=np.ascontiguousarray(coef[cold]),
+                                    positions=positions, precond=precond, options=options,
+                                    n_threads=n_threads, group=group, n_free=n_free, leaves=leaves)
+            coef[cold] = start
+    groups = {}
+    if leaves is not None:
+        row_blocks, sblocks, group_blocks, group_leaves = reduction_layout(positions, leaves, D, group)
+        groups = dict(group_blocks=group_blocks, group_leaves=group_leaves, n_leaves=REDUCE_LEAVES)
+    elif group > 1:
+        row_blocks, item_rb = item_blocks(positions, group)
+        sblocks = super_blocks(positions, item_rb, D * group, max(1, ROW_BLOCK // group))
+    else:
+        row_blocks = row_blocks_from_positions(positions)
+        sblocks = super_blocks(positions, row_blocks, D)
+    inv_n = 1.0 / n_rows.astype(np.float64)
+    n_iter = np.zeros(B, dtype=np.int32)
+    status = np.zeros(B, dtype=np.int32)
+    fval = np.zeros(B, dtype=np.float64)
+    n_eval = np.zeros(B, dtype=np.int32)
+    pre = precond.kernel_arguments(D)
+    with limit_blas_threads():
+        _kernel.train_block(
+            Xa, y, member, n_rows, row_blocks, sblocks,
+            block_bounds(D, COL_BLOCK), pre.get("dense", _NO_MATRIX), coef.reshape(B, D * n_classes),
+            l2, inv_n, n_classes, spec.code, spec.params, spec.address,
+            options.tol, options.ftol, options.max_iter, options.history,
+            options.max_line_search, n_iter, status, fval, n_eval, n_threads,
+            pre_diag=pre.get("diag"), pre_factor=pre.get("factor"), pre_core=pre.get("core"),
+            pre_blocks=pre.get("factor_blocks"), group=group, n_free=n_free, **groups,
+        )
+    return coef, {"n_iter": n_iter, "status": status, "objective": fval, "n_eval": n_eval}
+
+
+def train_models_with(evaluate, n_rows, n_columns, n_classes, *, C=1.0, loss="ce", loss_params=None,
+                      coef=None, precond=None, options=None, n_threads=1, n_free=1):
+    """:func:`train_models` with the evaluation of loss and gradient done by ``evaluate``.
+
+    The solver (``_kernel.LBFGSBlock``, the arithmetic of ``train_block``) runs here; every
+    round it calls ``evaluate(models, W, scale, loss)`` with the models still running
+    (int64 indices into the block), their class-major float32 trial weights
+    (len(models), C, member_width(D)), their gradient scales and the resolved loss, and takes
+    back their sums, float64 (len(models), C * member_width(D) + 1): the scaled gradient
+    sums, then the summed row loss, as ``_kernel.member_eval_tree`` returns them.  Sums that
+    ``combine_nodes`` adds up from the reduction tree's partial sums of every group give
+    bitwise the models of ``train_models(..., leaves=...)`` on the same rows.
+
+    Parameters
+    ----------
+    evaluate : callable
+    n_rows : ndarray of shape (B,), int64
+        Training rows of each model.
+    n_columns : int
+        D, the features plus the ones column.
+    n_classes, C, loss, loss_params, coef, options, n_threads, n_free : as in :func:`train_models`
+        (multiple choice: ``n_classes`` 1, and ``loss`` resolved for the K candidates)
+    precond : None or Preconditioner
+
+    Returns
+    -------
+    coef, info : as :func:`train_models` returns them
+    """
+    options = options or SolverOptions()
+    D = int(n_columns)
+    n_rows = np.asarray(n_rows, dtype=np.int64)
+    B = n_rows.size
+    spec = resolve_loss(loss, loss_params, n_classes)
+    if coef is None:
+        coef = np.zeros((B, D, n_classes), dtype=np.float64)
+    if coef.shape != (B, D, n_classes) or coef.dtype != np.float64 or not coef.flags.c_contiguous:
+        raise ValueError(f"coef must be a C-contiguous float64 array of shape {(B, D, n_classes)}")
+    if np.any(n_rows == 0):
+        raise ValueError("every model needs at least one training row")
+    if not options.precondition or precond is None:
+        precond = Preconditioner("none")
+    if getattr(spec, "warmup", None) is not None:
+        cold = np.flatnonzero(~coef.reshape(B, -1).any(axis=1))
+        if cold.size:
+            def evaluate_cold(models, W, scale, loss_spec):
+                return evaluate(cold[models], W, scale, loss_spec)
+
+            start, _ = train_models_with(evaluate_cold, n_rows[cold], D, n_classes, C=C, loss=spec.warmup,
+                                         coef=np.ascontiguousarray(coef[cold]), precond=precond,
+                                         options=options, n_threads=n_threads, n_free=n_free)
+            coef[cold] = start
+    l2 = 1.0 / (float(C) * n_rows)
+    inv_n = 1.0 / n_rows.astype(np.float64)
+    pre = precond.kernel_arguments(D)
+    solver = _kernel.LBFGSBlock(
+        coef.reshape(B, D * n_classes), l2, inv_n, n_classes, block_bounds(D, COL_BLOCK),
+        pre.get("dense", _NO_MATRIX), options.tol, options.ftol, options.max_iter, options.history,
+        options.max_line_search, n_threads, pre_diag=pre.get("diag"), pre_factor=pre.get("factor"),
+        pre_core=pre.get("core"), pre_blocks=pre.get("factor_blocks"), n_free=n_free)
+    with limit_blas_threads():
+        while True:
+            models, W = solver.trial()
+            if models.size == 0:
+                break
+            sums = evaluate(models, W, solver.scales(), spec)
+            solver.advance(np.ascontiguousarray(sums, dtype=np.float64))
+    n_iter, status, fval, n_eval = solver.results()
+    return coef, {"n_iter": n_iter, "status": status, "objective": fval, "n_eval": n_eval}
+
+
+class MemberRows:
+    """Rows, labels and member lists of some reduction groups, ready for partial sums of the
+    member pass (what a process holding those groups computes in each round of
+    :func:`train_models_with`).
+
+    ``Xa``, ``y``, ``member`` (n, B), ``positions``, ``leaves`` and ``group`` as in
+    :func:`train_models` (with ``group`` = K > 1, ``y``, ``member``, ``positions`` and
+    ``leaves`` per item of K rows of ``Xa``).
+    """
+
+    def __init__(self, Xa, y, member, positions, leaves, group=1):
+        self.Xa, self.y = Xa, np.ascontiguousarray(y, dtype=np.int32)
+        self.group = int(group)
+        D = Xa.shape[1]
+        self.layout = reduction_layout(positions, leaves, D, self.group)
+        row_blocks = self.layout[0]
+        self.n_models = member.shape[1]
+        self.mptr = np.zeros((self.n_models, row_blocks.size), dtype=np.int64)
+        self.mrows = np.zeros(int(member.sum(dtype=np.int64)) * self.group, dtype=np.int32)
+        if Xa.shape[0]:
+            _kernel.member_index(member, row_blocks, self.mptr, self.mrows, self.group)
+
+    def sums(self, models, W, scale, loss, leaf_range=None, n_threads=1):
+        """(level, index, sums) of the reduction tree's whole subtrees of ``leaf_range``
+        (default all leaves) that hold rows (``_kernel.member_eval_tree``), for ``models``,
+        ``W``, ``scale`` as :func:`train_models_with` passes them and ``loss`` resolved (a
+        built-in loss)."""
+        if loss.address:
+            raise ValueError(f"loss {loss.name!r} is a compiled user function: its address is only valid "
+                             "in the process that compiled it")
+        lo, hi = (0, REDUCE_LEAVES) if leaf_range is None else leaf_range
+        row_blocks, sblocks, group_blocks, group_leaves = self.layout
+        with limit_blas_threads():
+            return _kernel.member_eval_tree(self.Xa, self.y, self.mptr, self.mrows, row_blocks, sblocks,
+                                            group_blocks, group_leaves, int(lo), int(hi),
+                                            np.asarray(models, dtype=np.int64), W,
+                                            np.asarray(scale, dtype=np.float64), loss.code, loss.params,
+                                            n_threads, self.group)

@@ -1,0 +1,206 @@
+"""Scores one AFLite phase: partition sampling, blocks of partitions, chunks of rows.
+
+For a phase on the active rows S (sorted row indices) the engine
+
+1. draws each partition's training positions from its own seed (``partition_train_positions``;
+   whole groups of rows when given), so nothing depends on how partitions are blocked;
+2. groups partitions into blocks whose training rows (the union of their training sets)
+   fit the memory budget, gathers those rows once (sorted reads), and trains the block
+   with one kernel call;
+3. streams the active rows once in chunks and predicts them with all partitions' models
+   together, accumulating per row: held-out predictions seen, correct, and the summed
+   probability of the label.
+
+Multiple-choice X (N, K, d) takes the same path: a row of the phase is an item, gathered as
+its K candidate rows (:mod:`aflite_fast.phase.multiple_choice`), trained and predicted by the same
+kernel calls with ``group=K`` (one score per candidate, the softmax over an item's K scores).
+
+So each phase reads X (number of blocks + 1) times at most: each block reads only its
+training rows (a sorted subset of S), the prediction pass reads every active row once.  With
+the default budget and data that fits in memory there is a single block.
+
+Memory (``max_memory``, see :func:`phase_overhead_bytes`): the budget first pays for the
+arrays that grow with the number of rows (the n_active x m membership matrix, per-row
+counts, the caller's per-row arrays, the models); what is left sets the blocks of partitions
+(:func:`training_bytes`) and the prediction chunk size.  Gathers never copy rows in the
+source dtype beyond :data:`aflite_fast.io.inputs.GATHER_CHUNK_BYTES`.  Anonymous memory therefore
+stays within ``max_memory`` plus a constant (interpreter, libraries, thread stacks, small
+buffers); docs/out_of_core.md has the measurements.
+"""
+import time
+import numpy as np
+from aflite_fast.core import layout
+from aflite_fast.core import prediction
+from aflite_fast.core import solver
+from aflite_fast.runtime.memory import parse_memory
+from aflite_fast.io.rows import membership_matrix
+from aflite_fast.core.preconditioning import phase_preconditioner, phase_preconditioner_form, preconditioner_chunk_rows
+from aflite_fast.phase.gather import gather, gather_new
+from aflite_fast.phase.plan import check_phase_memory, gather_chunk_bytes, kernel_C, phase_shape, plan_blocks, prediction_row_bytes, training_bytes
+from aflite_fast.phase.scores import PhaseScores
+
+
+def score_phase(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="ce",
+                loss_params=None, options=None, max_memory=None, n_threads=1, warm_coef=None,
+                proba_sum=None, on_block=None, workspace=None, position_bias=False):
+    """Train every partition of a phase and score the active rows.
+
+    Parameters
+    ----------
+    X : ndarray or memmap (N, d), float16/32/64, or (N, K, d): multiple choice (items of K
+        candidates; see :mod:`aflite_fast.phase.multiple_choice`)
+    codes : ndarray (N,), int32 label codes (multiple choice: the right candidate)
+    active : ndarray (n_active,), int64 sorted row indices of the active set S
+    center : ndarray (d,), float32 value subtracted from every row (see layout.augment_rows)
+    train_pos : ndarray (m, t), int64 sorted training positions in S of each partition, rows
+        shorter than t padded at the end with :data:`TRAIN_PAD` (partitions drawn as groups)
+    n_classes : int (multiple choice: K)
+    C, loss, loss_params, options : solver settings (see :mod:`aflite_fast.kernel`)
+    max_memory : int or str, budget of the training scratch and prediction chunks
+    n_threads : int
+    warm_coef : ndarray (m, d + 1, C) float64, optional starting point of each partition
+    proba_sum : ndarray (n_active, C) float64, optional; receives summed held-out probabilities
+    on_block : callable, optional; called after each trained block and predicted chunk
+    workspace : Workspace, optional; buffers reused from the previous phase (one block only)
+    position_bias : bool, multiple choice only: a learned bias per candidate position
+
+    Returns
+    -------
+    PhaseScores
+    """
+    options = options or solver.SolverOptions()
+    budget = parse_memory(max_memory)
+    n_active = active.size
+    m, t = train_pos.shape
+    G, D, n_out = phase_shape(X, n_classes, position_bias)
+    d = D - 1  # the kernel rows' columns but one (the features, for classification)
+    n_free = 1 if G == 1 else D - X.shape[2]
+    overhead = check_phase_memory(X.shape[0], n_active, m, t, d, n_out, budget, proba_sum is not None)
+    gather_bytes = gather_chunk_bytes(budget)
+    budget -= overhead
+    member = membership_matrix(train_pos, n_active, np.empty((n_active, m), dtype=np.uint8))
+    blocks = plan_blocks(member, budget, d, n_out, options.history, overhead, n_threads, G)
+    coef = (np.zeros((m, D, n_out)) if warm_coef is None else np.array(warm_coef, dtype=np.float64))
+    n_iter = np.zeros(m, dtype=np.int32)
+    status = np.zeros(m, dtype=np.int32)
+    n_eval = np.zeros(m, dtype=np.int32)
+    Ck = kernel_C(C, n_classes) if G == 1 else C
+    # each model's sums over groups of X's rows (items of multiple-choice X: a group is whole
+    # items) are added by a fixed tree (layout.reduction_layout), so that processes holding
+    # whole groups give the same bits (aflite_fast.phase.dask_backend)
+    group_rows = layout.reduction_group_rows(X.shape[0])
+    read_seconds = precond_seconds = 0.0
+    t0 = time.perf_counter()
+    precond = None
+    precond_form = "none"
+    if options.precondition:
+        precond_form = phase_preconditioner_form(n_active * G, d, budget)
+
+        def read_sample(rows):
+            nonlocal read_seconds
+            r0 = time.perf_counter()
+            out = gather(X, rows, center, np.empty((rows.size * G, D), dtype=np.float32), gather_bytes,
+                         position_bias, n_threads)
+            if G > 1:
+                out = layout.item_centered(out, np.arange(rows.size), G)
+            read_seconds += time.perf_counter() - r0
+            return out
+
+        p0 = time.perf_counter()
+        precond = phase_preconditioner(read_sample, active, d, n_out, Ck, t, n_threads,
+                                       preconditioner_chunk_rows(budget, d), precond_form, G)
+        precond_seconds = time.perf_counter() - p0
+    in_block = np.empty(n_active, dtype=bool)
+    Xa_all = union_all = None
+    for block in blocks:
+        # union of the block's training rows, without an n_active x len(block) copy of member
+        in_block[:] = False
+        for j in block:
+            np.logical_or(in_block, member[:, j], out=in_block)
+        union = np.flatnonzero(in_block)
+        if (len(blocks) == 1 and union.size >= 0.9 * n_active
+                and training_bytes(n_active, m, d, n_out, options.history, int(member.sum()),
+                                   n_threads, G) <= budget):
+            # (nearly) every active row trains some partition: take them all, so the gather is
+            # one sequential pass (no row picking) and prediction finds every row gathered.
+            # Rows that train no model change no result: the kernel visits members only.
+            union = np.arange(n_active, dtype=np.int64)
+            bm = member
+        else:
+            bm = member[np.ix_(union, block)]
+        rows = active[union]
+        r0 = time.perf_counter()
+        if workspace is not None and len(blocks) == 1:
+            Xa = workspace.gather(X, rows, center, gather_bytes, position_bias, n_threads)
+        else:
+            Xa = gather_new(X, rows, center, gather_bytes, position_bias, n_threads)
+        read_seconds += time.perf_counter() - r0
+        coef_b = np.ascontiguousarray(coef[block])
+        coef_b, info = solver.train_models(
+            Xa, codes[rows], bm, n_out, C=Ck, loss=loss, loss_params=loss_params,
+            coef=coef_b, positions=union, precond=precond, options=options,
+            n_threads=n_threads, group=G, n_free=n_free, leaves=rows // group_rows)
+        coef[block] = coef_b
+        n_iter[block] = info["n_iter"]
+        status[block] = info["status"]
+        n_eval[block] = info["n_eval"]
+        if len(blocks) == 1:
+            # one block (the usual case): its rows are nearly all the active rows (with 64
+            # partitions at t/N = 0.1 all but 0.9^64 of them); predict those from the rows
+            # already gathered instead of reading X again
+            Xa_all, union_all = Xa, union
+        del Xa, bm, rows, union, coef_b
+        if on_block is not None:
+            on_block()
+    del in_block
+    t1 = time.perf_counter()
+    train_read = read_seconds
+    seen = np.zeros(n_active, dtype=np.int32)
+    correct = np.zeros(n_active, dtype=np.int32)
+    prob_label = np.zeros(n_active, dtype=np.float64)
+    W = prediction.stack_weights(coef)
+    per_row = prediction_row_bytes(d, m, n_out) * G
+    # positions to predict, in runs: rows of the trained block (already gathered) and the rest;
+    # a run of consecutive positions is a slice (no copies of the per-row arrays)
+    runs = [(slice(0, n_active), None)]
+    if Xa_all is not None:
+        if union_all.size == n_active:
+            runs = [(slice(0, n_active), Xa_all)]
+        else:
+            rest = np.ones(n_active, dtype=bool)
+            rest[union_all] = False
+            runs = [(union_all, Xa_all), (np.flatnonzero(rest), None)]
+    chunk = int(max(16, min(n_active, budget // per_row)))
+    n_chunks = 0
+    for pos, rows_in_memory in runs:
+        size = pos.stop - pos.start if isinstance(pos, slice) else pos.size
+        for s0 in range(0, size, chunk):
+            p = (slice(pos.start + s0, min(pos.stop, pos.start + s0 + chunk)) if isinstance(pos, slice)
+                 else pos[s0:s0 + chunk])
+            if rows_in_memory is not None:
+                Xa = rows_in_memory[s0 * G:(s0 + chunk) * G]
+            else:
+                r0 = time.perf_counter()
+                Xa = gather_new(X, active[p], center, gather_bytes, position_bias, n_threads)
+                read_seconds += time.perf_counter() - r0
+            heldout = np.subtract(1, member[p], dtype=np.uint8)
+            s_, c_, pl_ = seen[p], correct[p], prob_label[p]
+            ps_ = None if proba_sum is None else proba_sum[p]
+            prediction.predict_accumulate(Xa, codes[active[p]], heldout, W, n_out, s_, c_, pl_, ps_,
+                                      n_threads, G)
+            if not isinstance(p, slice):  # fancy indexing copied: write back
+                seen[p], correct[p], prob_label[p] = s_, c_, pl_
+                if proba_sum is not None:
+                    proba_sum[p] = ps_
+            n_chunks += 1
+            del Xa, heldout
+            if on_block is not None:
+                on_block()
+    del Xa_all
+    t2 = time.perf_counter()
+    return PhaseScores(seen=seen, correct=correct, prob_label=prob_label, coef=coef, n_iter=n_iter,
+                       status=status, n_blocks=len(blocks),
+                       seconds={"train": t1 - t0, "predict": t2 - t1, "read_train": train_read,
+                                "read_predict": read_seconds - train_read,
+                                "preconditioner": precond_seconds},
+                       n_chunks=n_chunks, n_eval=n_eval)
