@@ -34,6 +34,7 @@ from aflite_fast import aflite, oof_predict_proba
 from aflite_fast.io import inputs
 from aflite_fast.cli import main
 from aflite_fast.io import formats
+from aflite_fast.io import optional
 from aflite_fast.io.rowsource import ChunkedRows, ConcatRows, FileRows, InputChangedError
 from aflite_fast.phase import local
 
@@ -414,14 +415,14 @@ def test_filter_dataset(problem, tmp_path):
 def test_missing_pyarrow_names_the_extra(problem, tmp_path, capsys, monkeypatch):
     X, y = problem
     pq.write_table(pa.table({"emb": arrow_list(X, True), "label": y}), tmp_path / "x.parquet")
-    real = formats.importlib.import_module
+    real = optional.importlib.import_module
 
     def no_pyarrow(name, *args):
         if name.startswith("pyarrow"):
             raise ImportError(f"No module named {name!r}")
         return real(name, *args)
 
-    monkeypatch.setattr(formats.importlib, "import_module", no_pyarrow)
+    monkeypatch.setattr(optional.importlib, "import_module", no_pyarrow)
     with pytest.raises(ImportError, match=r"pip install '\.\[formats\]'"):
         inputs.open_embeddings(tmp_path / "x.parquet", column="emb")
     refused(tmp_path, capsys, tmp_path / "x.parquet", tmp_path / "x.parquet", "[formats]", "--column", "emb",

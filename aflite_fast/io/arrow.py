@@ -27,7 +27,7 @@ from aflite_fast.io._pread import SharedFile
 
 
 def _pa():
-    from aflite_fast.io.formats import require
+    from aflite_fast.io.optional import require
 
     return require("pyarrow")
 

@@ -13,26 +13,15 @@ a ``save_to_disk`` directory, ``X.arrow``     :mod:`.arrow` (``column=``)       
 
 A directory is classified by what it holds: a dataset saved by ``datasets`` (``state.json``,
 ``.arrow`` files), ``.parquet`` files or ``.npy`` files.  pyarrow is imported only for the
-formats that need it; when it is missing, :func:`require` names the extra that installs it.
+formats that need it; when it is missing, :func:`aflite_fast.io.optional.require` names the extra
+that installs it.
 """
-import importlib
 import os
 
 from aflite_fast.io.shards import is_glob, shard_paths
 
-#: The extra of ``pyproject.toml`` that installs the optional readers.
-EXTRA = "formats"
 #: Formats that take ``column=``.
 TABLE_FORMATS = ("arrow", "parquet")
-
-
-def require(module):
-    """Import ``module`` (an optional dependency) or raise ImportError naming the extra."""
-    try:
-        return importlib.import_module(module)
-    except ImportError as exc:
-        raise ImportError(f"reading this format needs {module}, which is not installed: pip install "
-                          f"'.[{EXTRA}]' in a clone of aflite_fast (or pip install {module})") from exc
 
 
 def detect(spec):

@@ -24,7 +24,7 @@ BATCH_BYTES = 16 << 20
 
 
 def _pq():
-    from aflite_fast.io.formats import require
+    from aflite_fast.io.optional import require
 
     require("pyarrow")
     import pyarrow.parquet as pq
