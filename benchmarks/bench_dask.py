@@ -9,7 +9,7 @@ b. dask, data-parallel (the backend): a ``LocalCluster`` of ``--workers`` proces
    thread each loads its rows from the file (``DaskEmbeddings``: whole reduction groups per
    worker, kept for the run), computes the centre there (``scan_rows_dask``) and scores the
    same phase (``score_phase_dask``): per solver round, weights out and partial sums back;
-c. dask, gather path (``--gather``; ``_gather_path.py``, the design the backend replaced): each
+c. dask, gather path (``--gather``; ``studies/_gather_path.py``, the design the backend replaced): each
    block of partitions trains on one worker after its training rows are sent there.
 
 It checks that the phases agree bitwise (coefficients and counts) and prints markdown tables:
@@ -37,9 +37,10 @@ import time
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+STUDIES = os.path.join(HERE, "studies")  # _gather_path.py, the design the backend replaced
+sys.path[:0] = [HERE, STUDIES]
 # the workers import _gather_path too
-os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (HERE, os.environ.get("PYTHONPATH")) if p)
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (HERE, STUDIES, os.environ.get("PYTHONPATH")) if p)
 from skewed_data import make_skewed_embeddings  # noqa: E402
 
 from aflite_fast.phase import local as _local

@@ -1,5 +1,5 @@
-/* A vectorisable double exp for the row passes, included by each per-instruction-set body
- * (afl_member_impl.h, afl_predict_impl.h) with AFL_F (the name suffix macro) defined. */
+/* A vectorisable double exp for the row passes (training and prediction), included by
+ * afl_member_impl.h, once per instruction set, with AFL_F (the name suffix macro) defined. */
 /* w[j] = exp(w[j]) for w[j] <= 0 (logit minus the row's largest logit).  exp(x) = 2^k exp(r),
  * x = k ln2 + r, |r| <= ln2 / 2; exp(r) by its Taylor polynomial of degree 13 (truncation
  * below 1e-17 relative): a vectorisable double exp, accurate to a few units in the last

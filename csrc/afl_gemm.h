@@ -1,4 +1,5 @@
-/* Deterministic single-precision GEMM for aflite_fast.
+/* Deterministic single-precision GEMM for aflite_fast.  The measurements behind these choices,
+ * and the designs tried before them, are in benchmarks/RESULTS.md.
  *
  * Design:
  *  A. C[M x N] (+)= op(A)[M x K] @ B[K x N], all row-major; op(A) = A or A^T.
@@ -18,7 +19,7 @@
  *     panels a chunk of K-blocks at a time (at most AFL_GEMM_PACK_BYTES), so threads meet once
  *     per chunk; A is read where it lies: the products here have N of a few hundred columns
  *     or less, so each part of A is used by few B panels and a packed copy would not repay
- *     its memory traffic (measured: the narrow products of 25 columns ran 2x slower with it).
+ *     its memory traffic.
  *  F. Narrow gradient products (op(A) = A^T, N <= 28 columns with AVX-512, 12 otherwise)
  *     keep a vector strip of every output column in registers for a whole K-block and
  *     broadcast B straight from its rows: no padding of N, no packing.  Per element the

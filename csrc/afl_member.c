@@ -304,11 +304,11 @@ static int member_range(const afl_member_set *s, int64_t nA, const int64_t *acti
 /* Whether the threads take units of rows (each unit's sums over all the models) rather than
  * shares of the models (each thread's models over all the rows).  Multiple choice of 2-4
  * candidates goes item by item: a thread streams every item of its rows from memory whatever
- * its share of the models, so with the models split every thread reads all the rows, and
- * the pass waits on memory (a multiple-choice phase at t/N = 0.1 1.1x faster with the units
- * split).  Classification goes model by model over L2-sized pieces of rows and measured the
- * same either way, and a share of the models keeps each thread's sums smaller.  Units are
- * fixed by the caller and handed over in order, so the bits are the same either way. */
+ * its share of the models, so with the models split every thread would read all the rows,
+ * and the pass would wait on memory.  Classification goes model by model over L2-sized
+ * pieces of rows, where units gain nothing, and a share of the models keeps each thread's
+ * sums smaller.  Units are fixed by the caller and handed over in order, so the bits are the
+ * same either way. */
 static int threads_take_units(const afl_member_set *s, int64_t n_units, int n_threads)
 {
     return n_threads > 1 && s->C == 1 && s->G >= 2 && s->G <= 4 && n_units >= 2 * (int64_t)n_threads;

@@ -1,5 +1,7 @@
 /* Row passes of the kernel: member-row evaluation of a block of linear models (objective
  * sums and gradients of each model over its own training rows only), and held-out prediction.
+ * The measurements behind these choices, and the designs tried before them, are in
+ * benchmarks/RESULTS.md.
  *
  * Design:
  *  A. Work is proportional to the training rows of each model (sum_j n_j x D x C), not to
@@ -10,17 +12,14 @@
  *     super-blocks of row blocks (about 4 MB of rows, also fixed by positions); the caller
  *     may gather super-blocks into units (the reduction groups), whose sums start from zero.
  *     Threads split the models, not the rows: each thread passes over every unit for its
- *     share of the models and keeps its own sums, so nothing is handed between threads (the
- *     earlier design handed each super-block's sums of every model through an ordered
- *     section, which at t/N = 0.1 cost as much as a fifth of the pass).  With fewer than
- *     two models a thread (a single estimator, a few folds), and for multiple choice item
- *     by item (E), whose pass streams all of a thread's rows whatever its share of the
- *     models, the threads take units instead and hand their sums over in unit order, with
- *     the same bits.  Within a super-
- *     block, row block by row block, every model is evaluated over its member rows of the
- *     block: the first model that needs a row's features brings them from memory, every other
- *     model (a row trains m t/N of them: 6 at t/N = 0.1, 32 at 0.5) reads them from the
- *     core's L2 cache.
+ *     share of the models and keeps its own sums, so nothing is handed between threads.
+ *     With fewer than two models a thread (a single estimator, a few folds), and for
+ *     multiple choice item by item (E), whose pass streams all of a thread's rows whatever
+ *     its share of the models, the threads take units instead and hand their sums over in
+ *     unit order, with the same bits.  Within a super-block, row block by row block, every
+ *     model is evaluated over its member rows of the block: the first model that needs a
+ *     row's features brings them from memory, every other model (a row trains m t/N of them:
+ *     6 at t/N = 0.1, 32 at 0.5) reads them from the core's L2 cache.
  *  C. Per row block: logits of every model's member rows, in logit slices of up to 1280
  *     features (fixed by D; one slice for most embeddings, so a row's lanes are reduced once)
  *     over sub-blocks of the row block whose slice of rows fits about 512 KB of L2 (the next
@@ -143,8 +142,8 @@ void afl_member_init(void);
 
 /* Bytes of logits a prediction tile holds by default (they are consumed while in cache), and
  * its rows at least: each tile is one GEMM call, which packs all of W again, so with many
- * outputs per row (C = 100 classes of 32 models: 327 rows in 4 MB) small tiles cost a quarter
- * of the prediction in packing and thread start-up. */
+ * outputs per row (C = 100 classes of 32 models: 327 rows in 4 MB) small tiles would repeat
+ * that packing and the threads' start-up every few hundred rows. */
 #define AFL_PREDICT_TILE_BYTES (4u << 20)
 #define AFL_PREDICT_MIN_TILE 2048
 

@@ -9,9 +9,9 @@
 #define AFL_PF_CURSOR_DEFINED
 /* Lines still to be brought into L2 while a pass computes: a range of features [f0, f1) of
  * consecutive rows, walked a line per step.  The loops of the passes take a step or two per
- * vector step, so the next rows stream in while the current ones are used; asking for all
- * of a block's lines at once (a burst) fills the core's queue of misses and stalls it until
- * they arrive, so memory and arithmetic took turns instead of overlapping. */
+ * vector step, so the next rows stream in while the current ones are used and memory and
+ * arithmetic overlap; asking for all of a block's lines at once (a burst) would fill the
+ * core's queue of misses and stall it until they arrived. */
 typedef struct {
     const char *p;     /* the next line */
     const char *lend;  /* end of the range in p's row */
@@ -341,8 +341,8 @@ static void AFL_F(grad_add)(const float *X, int64_t ldx, int64_t Dp, const int32
             }
         }
         /* the remaining whole vectors and the last partial one in one tile, so the rows are
-         * passed over once more, not once per vector (at D = 513 a slice of 11 vectors left
-         * 3 of them, a fifth of the pass at C = 100 in single-vector tiles) */
+         * passed over once more, not once per vector (at D = 513 a slice of 11 vectors
+         * leaves 3) */
         const int nt = (int)(nv - v) + (rem ? 1 : 0);
         if (nt > 0) AFL_F(grad_tail)(X, ldx, rows, q, Rc, C, cg, v, nt, rem, Dp, Gc, pf);
     }
@@ -663,11 +663,10 @@ static __attribute__((noinline)) void AFL_F(exp_vec)(double *w, int64_t n)
  * double operations per item), and at once the gradient, while the item's candidate rows are
  * still in L1 (item_grad_tile over all the features, into the models' running float sums,
  * gfull: Dp floats per model).  So a row comes from memory once per evaluation instead of once
- * for the scores and again for the gradient (a multiple-choice phase 1.2x faster at t/N = 0.1).
- * Every score, logit gradient, loss term and gradient chain takes the
- * same operations in the same order as the two passes, so the bits are theirs.  The loss
- * terms (gap, ssum: per model's item, at (off[a] - off[0]) / G + its index) are summed per
- * model at the end of the row block, in ce_rows's order. */
+ * for the scores and again for the gradient.  Every score, logit gradient, loss term and
+ * gradient chain takes the same operations in the same order as the two passes, so the bits
+ * are theirs.  The loss terms (gap, ssum: per model's item, at (off[a] - off[0]) / G + its
+ * index) are summed per model at the end of the row block, in ce_rows's order. */
 static void AFL_F(item_block_ce)(const afl_member_set *s, int64_t rb, int64_t ni, int64_t nA,
                                  const int32_t *istart, const int32_t *imodel, const int32_t *iidx,
                                  const int64_t *off, const float *W, int64_t P, int64_t nsl,

@@ -6,7 +6,7 @@ one phase (``local.score_phase``) per choice of rows per column (and the diagona
 the same skewed embedding-like data and partitions, and prints the preconditioner's seconds,
 the evaluations per model and the phase's seconds.
 
-    PYTHONPATH=. python benchmarks/precond_sample.py [--n 50000] [--d 4096] [--share 0.5]
+    PYTHONPATH=. python benchmarks/studies/precond_sample.py [--n 50000] [--d 4096] [--share 0.5]
         [--per-column 8 4 2 1] [--threads 2]
 """
 import argparse
@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/: skewed_data
 from skewed_data import make_skewed_embeddings  # noqa: E402
 
 from aflite_fast.core import preconditioning

@@ -3,7 +3,7 @@
  * from L2 (two 16-row tiles of X share each tile of W).  A model's logits use C of the 16
  * columns, so the useful rate is C / 16 of it.  One thread; not part of the package.
  *
- *     gcc -O2 -mamx-tile -mamx-bf16 benchmarks/amx_rate.c -o amx_rate && ./amx_rate 256
+ *     gcc -O2 -mamx-tile -mamx-bf16 benchmarks/studies/amx_rate.c -o amx_rate && ./amx_rate 256
  */
 #include <immintrin.h>
 #include <stdint.h>

@@ -17,8 +17,8 @@ at t/N = 0.5 and 0.1; scikit-learn's digits (1797 x 64, 10 classes); Fashion-MNI
 ``preconditioning.DENSE_MAX_COLUMNS``), to show where the dense form earns its cost; ``--d 4096`` runs
 the skewed data at that width (``--only-skewed`` skips the other data sets).
 
-    PYTHONPATH=. python benchmarks/iterations.py [--quick] [--threads 2] [--json out.json]
-    PYTHONPATH=. python benchmarks/iterations.py --diagonal --only-skewed --d 4096   # the dense form's limit
+    PYTHONPATH=. python benchmarks/studies/iterations.py [--quick] [--threads 2] [--json out.json]
+    PYTHONPATH=. python benchmarks/studies/iterations.py --diagonal --only-skewed --d 4096   # the dense form's limit
 """
 import argparse
 import json
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/: skewed_data
 
 from skewed_data import make_skewed_embeddings  # noqa: E402
 

@@ -1,4 +1,4 @@
-/* Paired float32 / bf16 kernels for benchmarks/bf16_experiment.py.
+/* Paired float32 / bf16 kernels for benchmarks/studies/bf16_experiment.py.
  *
  * Each pair has the same loop structure (four rows at a time, vectorised along the features,
  * one accumulator per row and class, lanes reduced at the end), so their ratio is what storing

@@ -5,7 +5,7 @@ Useful flops per pass: m x 2 products of t x (d+1) x C (logits and gradient), as
 floor of ``compare_scale.py``.  Rows are gathered as the engine gathers them (aligned padded
 stride), models are random weights, partitions drawn as the engine draws them.
 
-    PYTHONPATH=. python benchmarks/member_rate.py [--n 50000] [--d 768] [--classes 3] [--m 64]
+    PYTHONPATH=. python benchmarks/studies/member_rate.py [--n 50000] [--d 768] [--classes 3] [--m 64]
         [--shares 0.1 0.5] [--threads 1 2] [--repeat 5] [--layout tree|plain]
 """
 import argparse

@@ -5,7 +5,7 @@ load drifts; interleaving spreads it over both).
 Each build is a directory holding a built ``aflite_fast`` package (for instance a checkout of
 an older commit, built with ``python setup.py build_ext --inplace``).
 
-    python benchmarks/compare_builds.py BEFORE_DIR AFTER_DIR [--rounds 5]
+    python benchmarks/studies/compare_builds.py BEFORE_DIR AFTER_DIR [--rounds 5]
         [--member N,d,t/N,threads[,C,m] ...] [--multiple-choice t/N ...]
 
 ``--member``: one member pass (objective and gradient of m models (default 64) of C classes
@@ -25,7 +25,7 @@ HERE = Path(__file__).resolve().parent
 
 MEMBER = r'''
 import sys
-sys.path.insert(0, sys.argv[1]); sys.path.insert(1, sys.argv[2])
+sys.path.insert(0, sys.argv[1]); sys.path[1:1] = [sys.argv[2], sys.argv[2] + '/..']
 import member_rate as mr
 n, d, share, threads = int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]), int(sys.argv[6])
 C, m = (int(sys.argv[7]), int(sys.argv[8])) if len(sys.argv) > 8 else (3, 64)
@@ -35,7 +35,7 @@ print(mr.tree_seconds(inputs, C, threads, 5))
 
 MULTIPLE_CHOICE = r'''
 import sys, time
-sys.path.insert(0, sys.argv[1]); sys.path.insert(1, sys.argv[2])
+sys.path.insert(0, sys.argv[1]); sys.path[1:1] = [sys.argv[2], sys.argv[2] + '/..']
 import numpy as np
 import multiple_choice_speed as ms
 from aflite_fast import engine

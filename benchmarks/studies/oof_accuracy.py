@@ -6,7 +6,7 @@ against scikit-learn converged to tol=1e-9, on the same 5 stratified folds of sk
 embedding-like data (``skewed_data.py``; N=10000, d=256, 5 classes by default).  Prints the
 largest and the mean absolute difference of the probabilities for each.
 
-    PYTHONPATH=. python benchmarks/oof_accuracy.py [--n 10000 --d 256 --classes 5]
+    PYTHONPATH=. python benchmarks/studies/oof_accuracy.py [--n 10000 --d 256 --classes 5]
 """
 import argparse
 import sys
@@ -16,7 +16,7 @@ import numpy as np
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import StratifiedKFold, cross_val_predict
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/: skewed_data
 
 from skewed_data import make_skewed_embeddings  # noqa: E402
 

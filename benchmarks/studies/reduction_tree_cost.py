@@ -12,8 +12,8 @@ With ``--candidates K`` (K > 1) X is multiple choice, N items x K candidates
 Examples (the runs recorded in benchmarks/RESULTS.md, "Data-parallel Dask" and "Multiple
 choice on the Dask backend")::
 
-    python benchmarks/reduction_tree_cost.py --n 200000 --d 768 --m 64 --repeats 4
-    python benchmarks/reduction_tree_cost.py --n 50000 --candidates 4 --d 768 --m 64 --repeats 4
+    python benchmarks/studies/reduction_tree_cost.py --n 200000 --d 768 --m 64 --repeats 4
+    python benchmarks/studies/reduction_tree_cost.py --n 50000 --candidates 4 --d 768 --m 64 --repeats 4
 """
 import argparse
 import os
@@ -22,7 +22,8 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# benchmarks/: skewed_data, multiple_choice_speed
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from skewed_data import make_skewed_embeddings  # noqa: E402
 
 from aflite_fast.phase import gather

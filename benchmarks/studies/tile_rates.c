@@ -3,7 +3,7 @@
  * memory: where a phase's arithmetic can run on this core, and what reading rows from each
  * level costs it.  One thread, AVX-512, d = 768; not part of the package.
  *
- *     gcc -O3 -march=native benchmarks/tile_rates.c -o tile_rates && ./tile_rates
+ *     gcc -O3 -march=native benchmarks/studies/tile_rates.c -o tile_rates && ./tile_rates
  *
  * Rows are drawn at random from a working set of 8 rows (L1), 256 rows (768 KB, L2) or
  * 2,048 rows (6 MB) and 200,000 rows (600 MB, memory); each tile reads its rows once and

@@ -4,7 +4,7 @@ predictions equal on at least 99.5% of rows?  Measured, not assumed.
 Two questions, each answered on the same data (skewed embedding-like rows, N=50k, d=768,
 C=3, m=64, t/N=0.1 and 0.5), one thread:
 
-a. Speed.  Paired float32 / bf16 kernels of identical structure (benchmarks/bf16_kernels.c,
+a. Speed.  Paired float32 / bf16 kernels of identical structure (benchmarks/studies/bf16_kernels.c,
    compiled here with ``-mavx512bf16``) for the phase's three products: member logits, member
    gradient, prediction.  Their ratios are applied to the package's own measured phase (the
    member pass's share of training from ``n_eval`` x one pass of ``_kernel.member_eval``,
@@ -17,7 +17,7 @@ b. Agreement.  The phase trained on the rows rounded to bf16 (the float32 kernel
 
 Needs a CPU with AVX512-BF16 and gcc.  Not part of the package.
 
-    PYTHONPATH=. python benchmarks/bf16_experiment.py [--n 50000] [--d 768] [--shares 0.1 0.5]
+    PYTHONPATH=. python benchmarks/studies/bf16_experiment.py [--n 50000] [--d 768] [--shares 0.1 0.5]
 """
 import argparse
 import ctypes
@@ -29,7 +29,9 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# this directory (member_rate) and benchmarks/ (skewed_data)
+sys.path[:0] = [os.path.dirname(os.path.abspath(__file__)),
+                os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
 from member_rate import member_layout, member_seconds  # noqa: E402
 from skewed_data import make_skewed_embeddings  # noqa: E402
 
