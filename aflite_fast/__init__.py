@@ -19,7 +19,6 @@ evaluate_filter
 """
 import os as _os
 import sys as _sys
-import types as _types
 
 # The kernel opens a few short OpenMP regions per solver round.  With libgomp's default
 # (active) waiting, a thread spins at every barrier; on a busy machine that spinning starves

@@ -39,7 +39,7 @@ REDUCE_LEAVES = 64
 #: Rows of a reduction group at least (:func:`reduction_group_rows`).  Each group costs every model a
 #: set of double sums (C x D each) zeroed, handed to the tree and added there; at t/N = 0.1
 #: that was 17% of the member pass at N = 200,000 with 64 groups of 3,125 rows against 25 groups
-#: of 8,192 (benchmarks/member_rate.py).
+#: of 8,192 (benchmarks/studies/member_rate.py).
 REDUCE_MIN_ROWS = 8192
 
 

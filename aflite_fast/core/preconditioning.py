@@ -27,7 +27,7 @@ from aflite_fast.core.layout import block_bounds
 #: :data:`PRECOND_MAX_ROWS` unless that leaves fewer than :data:`PRECOND_FLOOR_PER_COLUMN`
 #: per column.  The Gram matrix costs 2 x rows x D^2: at D = 4097 eight rows per column cost
 #: more than the solver evaluations they save, four were the best or within 7% of it
-#: (``benchmarks/precond_sample.py``).
+#: (``benchmarks/studies/precond_sample.py``).
 PRECOND_ROWS_PER_COLUMN = 8
 
 
@@ -46,7 +46,7 @@ PRECOND_MIN_ROWS = 2048
 
 #: The dense form (D x D) is built up to this many columns (d + 1): O(D^2) memory and
 #: O(D^3) time, and a product of D^2 per column each round, worth it while D is at most
-#: about the rows a model trains on (``benchmarks/iterations.py``).
+#: about the rows a model trains on (``benchmarks/studies/iterations.py``).
 DENSE_MAX_COLUMNS = 4097
 
 

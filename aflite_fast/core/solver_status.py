@@ -32,7 +32,7 @@ NOT_CONVERGED_MESSAGE = r"\d+ of \d+ .*\(s\) did not converge \("
 
 
 __all__ = ["ConvergenceWarning", "NOT_CONVERGED_MESSAGE", "DataScale", "status_counts", "total_status", "unmoved", "check_trained",
-           "warn_not_converged", "check_solver_result"]
+           "warn_not_converged"]
 
 
 def __getattr__(name):
@@ -122,9 +122,3 @@ def warn_not_converged(counts, *, what="model", stacklevel=3):
             f"{sum(failed.values())} of {total} {what}(s) did not converge ({detail}); their "
             "predictions are used as they are. Raise max_iter, or standardize X's columns",
             ConvergenceWarning, stacklevel=stacklevel)
-
-
-def check_solver_result(n_iter, status, X=None, center=None, *, what="model"):
-    """:func:`check_trained` (on ``X - center``), then :func:`warn_not_converged`; one fit's models."""
-    check_trained(n_iter, status, DataScale(X, center), what=what)
-    warn_not_converged(status_counts(status), what=what, stacklevel=4)

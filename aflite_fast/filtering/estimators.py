@@ -1,5 +1,4 @@
 """scikit-learn / imbalanced-learn style estimators on the compiled kernel."""
-import numbers
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
@@ -9,12 +8,14 @@ from sklearn.utils.validation import check_is_fitted, column_or_1d
 from aflite_fast.core import layout
 from aflite_fast.core import prediction
 from aflite_fast.core import solver
-from aflite_fast.core.solver_status import check_solver_result
-from aflite_fast.runtime.threads import effective_n_threads
-from aflite_fast.filtering.loop import aflite
-from aflite_fast.io.inputs import encode_labels, open_embeddings, scan_rows
-from aflite_fast.phase.plan import kernel_C
 from aflite_fast.core.losses import PARAMETER_NAMES, resolve_loss
+from aflite_fast.core.solver_status import status_counts, warn_not_converged
+from aflite_fast.filtering.loop import aflite
+from aflite_fast.filtering.problem import Problem, check_C
+from aflite_fast.io.inputs import open_embeddings, scan_rows
+from aflite_fast.phase.backends import LocalBackend
+from aflite_fast.phase.plan import kernel_C
+from aflite_fast.runtime.threads import effective_n_threads
 
 
 class AFLite(BaseEstimator):
@@ -185,13 +186,11 @@ class RobustLogisticRegression(ClassifierMixin, BaseEstimator):
         return resolve_loss(self.loss, params, n_classes)
 
     def _validate_X(self, X, *, reset):
-        """X opened as :func:`aflite_fast.io.inputs.open_embeddings` does, its rows checked for
-        the float32 kernel; returns (X, column means)."""
+        """X opened as :func:`aflite_fast.io.inputs.open_embeddings` does and its rows checked
+        for the float32 kernel (prediction); returns (X, column means)."""
         _check_feature_names(self, X, reset=reset)
         X = open_embeddings(X)
-        if reset:
-            self.n_features_in_ = X.shape[1]
-        elif X.shape[1] != self.n_features_in_:
+        if X.shape[1] != self.n_features_in_:
             raise ValueError(f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
                              f"{self.n_features_in_} features as input")
         return X, scan_rows(X)
@@ -210,23 +209,29 @@ class RobustLogisticRegression(ClassifierMixin, BaseEstimator):
         -------
         self
         """
-        X, center = self._validate_X(X, reset=True)
+        _check_feature_names(self, X, reset=True)
         y = column_or_1d(y, warn=True)
-        labels = encode_labels(y, X.shape[0], min_per_class=1)  # first: it refuses NaN in y
+        # the problem step of every entry point: X opened and scanned, labels encoded (first: it
+        # refuses NaN in y), the loss resolved, X with no variance or too small a scale refused
+        problem = Problem.open(X, y, backend=LocalBackend(self.n_jobs), loss=self._loss_spec, tol=self.tol,
+                               items=False, min_per_class=1)
+        self.n_features_in_ = problem.n_features
         check_classification_targets(y)
-        C = self.C
-        if isinstance(C, bool) or not isinstance(C, numbers.Real) or not C > 0 or not np.isfinite(C):
-            raise ValueError(f"C must be a positive number, got {C!r}")
-        spec = self._loss_spec(labels.n_classes)
+        C = check_C(self.C)
+        labels = problem.labels
         options = solver.SolverOptions(tol=self.tol, max_iter=self.max_iter)
-        n_threads = effective_n_threads(self.n_jobs)
-        Xa = layout.augment_rows(np.asarray(X), center.astype(np.float32))
-        member = np.ones((X.shape[0], 1), dtype=np.uint8)
+        problem.scan()
+        center = problem.center
+        Xa = layout.augment_rows(np.asarray(problem.X), center)
+        n_rows = problem.n_rows
+        member = np.ones((n_rows, 1), dtype=np.uint8)
         coef, info = solver.train_models(
-            Xa, labels.codes, member, labels.n_classes, C=kernel_C(C, labels.n_classes), loss=spec,
-            precond="auto", options=options, n_threads=n_threads)
-        check_solver_result(info["n_iter"], info["status"], X, center)  # never an untrained model
-        self._coef_full = layout.uncenter_coef(coef[0], center.astype(np.float32).astype(np.float64))
+            Xa, labels.codes, member, labels.n_classes, C=kernel_C(C, labels.n_classes), loss=problem.loss,
+            precond="auto", options=options, n_threads=problem.backend.n_threads)
+        # never an untrained model (the guards of every phase), then the convergence warning
+        problem.check_models(coef, info["n_iter"], info["status"], lambda j: np.arange(n_rows))
+        warn_not_converged(status_counts(info["status"]), what="model")
+        self._coef_full = layout.uncenter_coef(coef[0], center.astype(np.float64))
         self.classes_ = labels.classes
         self.n_iter_ = info["n_iter"].astype(np.int64)
         W = self._coef_full

@@ -43,6 +43,9 @@ MIN_DROP = 0.02
 DROP_SIGMAS = 2.0
 #: The verdicts :func:`evaluate_filter` gives.
 VERDICTS = ("bias_removed", "not_confirmed", "no_evidence", "chance")
+#: The probes' solver tolerance (:func:`aflite_fast.filtering.oof.oof_run`'s default): X and the
+#: features must have a larger scale than this, as a run's X must have than its ``tol``.
+PROBE_TOL = 1e-4
 
 
 @dataclass
@@ -259,14 +262,14 @@ def evaluate_filter(X, y, keep, *, result=None, features=None, cv=5, n_random=3,
     >>> ev = evaluate_filter(X, y, res.keep, result=res, features=X_bow)          # doctest: +SKIP
     >>> print(ev.summary())                                                       # doctest: +SKIP
     """
-    from aflite_fast.io.inputs import encode_labels, open_embeddings, scan_rows
-    from aflite_fast.core.degenerate import check_scale
-    from aflite_fast.phase.partitions import seed_entropy
+    from aflite_fast.filtering.problem import Problem
+    from aflite_fast.phase.backends import LocalBackend
     from aflite_fast.phase.groups import encode_groups
+    from aflite_fast.phase.partitions import seed_entropy
 
-    X = open_embeddings(X)
-    n = X.shape[0]
-    labels = encode_labels(y, n)
+    backend = LocalBackend(n_jobs)
+    problem = Problem.open(X, y, backend=backend, tol=PROBE_TOL, items=False)
+    X, labels, n = problem.X, problem.labels, problem.n_rows
     if keep is None:
         if result is None or not hasattr(result, "keep"):
             raise ValueError("keep is None: pass the kept rows, or an AFLiteResult as result")
@@ -285,13 +288,13 @@ def evaluate_filter(X, y, keep, *, result=None, features=None, cv=5, n_random=3,
         raise ValueError(f"cv must be an integer >= 2, got {cv!r}")
     if isinstance(n_random, bool) or not isinstance(n_random, (int, np.integer)) or n_random < 1:
         raise ValueError(f"n_random must be an integer >= 1, got {n_random!r}")
-    check_scale(X, scan_rows(X), 1e-4)  # the probe's solver tolerance
+    problem.scan()  # NaN/inf refused, and X with no variance or too small a scale for the probe
     F = None
     if features is not None:
-        F = open_embeddings(features)
+        F, F_rows = backend.open(features, items=False)
         if F.shape[0] != n:
             raise ValueError(f"features has {F.shape[0]} rows, X has {n}: they must describe the same rows")
-        check_scale(F, scan_rows(F), 1e-4)
+        backend.check_scale(F_rows, backend.scan(F_rows), PROBE_TOL)
     group_codes = None if groups is None else encode_groups(groups, n)
     ss = np.random.SeedSequence(seed_entropy(random_state))
     subset_seq, fold_seq = ss.spawn(2)

@@ -15,44 +15,32 @@ checkpoint continues from it (see :mod:`aflite_fast.filtering.checkpoint`).  Wit
 ``n_null`` times and records how many rows reach tau by chance; ``stop="null"`` stops when
 the observed count does not exceed that (see :mod:`aflite_fast.filtering.null`).
 """
-import numbers
 import os
 import time
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import List, Optional
 
 import numpy as np
 from tqdm.auto import tqdm
 
-from aflite_fast.phase import gather
-from aflite_fast.phase import local
-from aflite_fast.phase import partitions
-from aflite_fast.phase import plan
-from aflite_fast.filtering.modes import REMOVE_MODES, TIE_BREAKS
-from aflite_fast.io.scale import DataScale
-from aflite_fast.core.solver_status import check_trained, status_counts, total_status, warn_not_converged
-from aflite_fast.runtime.threads import effective_n_threads
+from aflite_fast.core.solver_status import status_counts, total_status, warn_not_converged
 from aflite_fast.filtering.chance import N_PERMUTATIONS, ChanceCheck, warn_if_chance
 from aflite_fast.filtering.checkpoint import Checkpoint, LoopState, data_fingerprint
-from aflite_fast.io.inputs import Labels, encode_labels, open_embeddings, scan_rows
-from aflite_fast.core.degenerate import check_moved, check_scale
-from aflite_fast.phase.evaluation_rows import eligible_positions, eval_mask, train_positions
+from aflite_fast.filtering.modes import REMOVE_MODES, TIE_BREAKS
+from aflite_fast.filtering.null import check_null_args, null_counts, summarize
+from aflite_fast.filtering.problem import Problem, validate_settings
+from aflite_fast.filtering.selection import phase_selection, tie_key
+from aflite_fast.io.watch import describe
+from aflite_fast.phase.backends import make_backend
+from aflite_fast.phase.evaluation_rows import eligible_positions
 from aflite_fast.phase.evaluation_rows import fingerprint as eval_fingerprint
-from aflite_fast.phase.groups import check_group_train_size, partition_groups, select_groups
-from aflite_fast.io.fingerprint import ContentHash
-from aflite_fast.io.rowsource import RowSource
-from aflite_fast.io.watch import InputWatch, describe
-from aflite_fast.core.solver import SolverOptions
-from aflite_fast.core.losses import resolve_loss
-from aflite_fast.phase.multiple_choice import check_shape, encode_choices
-from aflite_fast.filtering.null import check_null_args, null_codes, summarize
+from aflite_fast.phase.groups import check_group_train_size, partition_groups
+from aflite_fast.phase.partitions import seed_entropy
+from aflite_fast.runtime.memory import parse_memory
 
 
 #: Equal-width bins over [0, 1] of the per-phase score histogram (``PhaseRecord.score_hist``).
 SCORE_BINS = 20
-#: Middle word of the random tie-break's spawn key, "tie" in ASCII (partition keys have two words).
-TIE_TAG = 0x746965
 
 
 @dataclass
@@ -157,159 +145,6 @@ class AFLiteResult:
         return mask
 
 
-@dataclass
-class _Settings:
-    n_rows: int
-    target_size: int
-    n_partitions: int
-    train_size: float
-    slice_size: int
-    tau: float
-    C: float
-
-    def train_rows(self, n_active):
-        if isinstance(self.train_size, numbers.Integral):
-            return int(self.train_size)
-        return max(1, int(round(self.train_size * n_active)))
-
-
-def _check_int(name, value, low, high=None):
-    if not isinstance(value, numbers.Integral) or isinstance(value, bool):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
-    if value < low or (high is not None and value > high):
-        bound = f">= {low}" if high is None else f"in [{low}, {high}]"
-        raise ValueError(f"{name} must be {bound}, got {value}")
-    return int(value)
-
-
-def validate_settings(n_rows, *, target_size, n_partitions, train_size, slice_size, tau, C):
-    """Check the hyperparameters against the data size; raise ValueError naming the problem."""
-    target_size = _check_int("target_size", target_size, 0)
-    n_partitions = _check_int("n_partitions", n_partitions, 1)
-    slice_size = _check_int("slice_size", slice_size, 1)
-    if isinstance(tau, bool) or not isinstance(tau, numbers.Real) or not 0.0 <= tau <= 1.0:
-        raise ValueError(f"tau must be in [0, 1], got {tau!r}")
-    if isinstance(C, bool) or not isinstance(C, numbers.Real) or not C > 0 or not np.isfinite(C):
-        raise ValueError(f"C must be a positive number, got {C!r}")
-    if isinstance(train_size, bool) or not isinstance(train_size, numbers.Real):
-        raise ValueError(f"train_size must be an int or a fraction in (0, 1), got {train_size!r}")
-    if isinstance(train_size, numbers.Integral):
-        if train_size < 1:
-            raise ValueError(f"train_size must be >= 1, got {train_size}")
-        if train_size >= n_rows:
-            raise ValueError(f"train_size ({train_size}) must be smaller than the number of rows ({n_rows}): "
-                             "every partition needs held-out rows")
-        train_size = int(train_size)
-    elif not 0.0 < train_size < 1.0:
-        raise ValueError(f"a fractional train_size must be in (0, 1), got {train_size}")
-    elif int(round(train_size * n_rows)) >= n_rows:
-        raise ValueError(f"train_size={train_size} of {n_rows} rows leaves no held-out rows")
-    return _Settings(n_rows, target_size, n_partitions, train_size, slice_size, float(tau), float(C))
-
-
-def _select(scores, prob_label, seen, tau, budget):
-    """Positions to remove: highest score first, ties by mean probability of the label (or the
-    random key standing in for it, :func:`_tie_key`), then by position; only rows scored this
-    phase with score >= tau.  Returns (selected, n_eligible)."""
-    eligible = np.flatnonzero((seen > 0) & (scores >= tau))
-    if eligible.size == 0 or budget <= 0:
-        return np.empty(0, dtype=np.int64), eligible.size
-    mean_prob = prob_label[eligible] / seen[eligible]
-    order = np.lexsort((eligible, -mean_prob, -scores[eligible]))
-    return eligible[order[:budget]], eligible.size
-
-
-def _tie_key(tie_break, entropy, phase, seen):
-    """What orders rows of equal score, as a summed "probability" (divided by ``seen`` where
-    used): None for ``"label_prob"`` (the label's held-out probability itself); for ``"random"``
-    a uniform draw per row from ``SeedSequence(entropy, spawn_key=(phase, TIE_TAG))`` times
-    ``seen``, so its mean is the draw (a group's mean: a random mix of its rows' draws)."""
-    if tie_break == "label_prob":
-        return None
-    rng = np.random.default_rng(np.random.SeedSequence(entropy, spawn_key=(phase, TIE_TAG)))
-    return rng.random(seen.size) * seen
-
-
-def _eligible(res, active_groups, remove, tau, budget, removable=None, tie_key=None):
-    """Positions to remove (at most ``budget`` rows) and the rows that could be removed, from
-    one phase's :class:`~aflite_fast.phase.scores.PhaseScores`: per row or per group.  ``removable``
-    (positions, sorted) restricts both to those positions (``eval_only_score``); ``tie_key``
-    (:func:`_tie_key`) stands in for the label's probability between equal scores."""
-    if removable is not None:
-        sub = _Subset(res.scores[removable], res.prob_label[removable], res.seen[removable])
-        groups = None if active_groups is None else active_groups[removable]
-        key = None if tie_key is None else tie_key[removable]
-        chosen, n_eligible = _eligible(sub, groups, remove, tau, budget, tie_key=key)
-        return removable[chosen], n_eligible
-    prob_label = res.prob_label if tie_key is None else tie_key
-    if remove == "group":
-        return select_groups(res.scores, prob_label, res.seen, active_groups, tau, budget)
-    return _select(res.scores, prob_label, res.seen, tau, budget)
-
-
-@dataclass
-class _Subset:
-    """The per-row results :func:`_eligible` reads, for a subset of the positions."""
-
-    scores: np.ndarray
-    prob_label: np.ndarray
-    seen: np.ndarray
-
-
-def _train_rows(active, train_pos):
-    """``train_rows(j)`` of :func:`~aflite_fast.core.degenerate.check_moved`: the rows of X partition j trained on."""
-    return lambda j: active[train_pos[j][train_pos[j] >= 0]]
-
-
-def _check_moved(res, X, center, active, train_pos, tol, what):
-    """:func:`~aflite_fast.core.degenerate.check_moved` for one cold-started scoring (local backend only:
-    it may read the unmoved models' training rows)."""
-    if isinstance(X, (np.ndarray, RowSource)):
-        check_moved(res.coef, res.status, X=X, center=center, train_rows=_train_rows(active, train_pos),
-                    tol=tol, what=what)
-
-
-def score_nulls(score_phase, X, codes, active, center, train_pos, entropy, phase, n_null, groups, solver, scale,
-                first=0):
-    """Yield this phase's partitions scored under label permutations ``first``..``n_null - 1``
-    (:mod:`aflite_fast.filtering.null`): a cold-started ``score_phase`` each, whose models are refused
-    like the observed ones when they did not train (:func:`~aflite_fast.core.solver_status.check_trained`,
-    :func:`~aflite_fast.core.degenerate.check_moved`).
-    The consumer drops each result before asking for the next (the engine's memory budget
-    holds one phase at a time)."""
-    for i in range(first, n_null):
-        res = score_phase(X, null_codes(codes, active, entropy, phase, i, groups), active, center, train_pos,
-                          warm_coef=None, **solver)
-        check_trained(res.n_iter, res.status, scale, what="null model")
-        _check_moved(res, X, center, active, train_pos, solver["options"].tol, "null model")
-        yield res
-        del res
-
-
-def _null_counts(score_phase, X, codes, active, center, train_pos, entropy, phase, n_null, active_groups,
-                 remove, tau, solver, scale, removable=None, first=0):
-    """Rows at or above tau under label permutations ``first``..``n_null - 1`` of this phase, on
-    its partitions, counted as the observed rows are (:func:`score_nulls`), and the bytes the
-    scorings sent between processes."""
-    counts, moved = [], 0
-    for res in score_nulls(score_phase, X, codes, active, center, train_pos, entropy, phase, n_null,
-                           active_groups, solver, scale, first=first):
-        counts.append(_eligible(res, active_groups, remove, tau, 0, removable)[1])
-        moved += _bytes_moved(res)
-        del res
-    return counts, moved
-
-
-def _null_pass(*args):
-    """:func:`~aflite_fast.filtering.null.summarize` of :func:`_null_counts` (permutations 0..n_null - 1),
-    and the bytes moved."""
-    counts, moved = _null_counts(*args)
-    return summarize(counts), moved
-
-
-def _bytes_moved(res):
-    """Bytes a phase's scoring sent between processes (0 for the local engine)."""
-    return int(getattr(res, "bytes_moved", {}).get("total", 0))
 
 
 def _run_parameters(settings, spec, entropy, tol, max_iter, remove, null, n_null, stop, is_eval=None,
@@ -331,32 +166,6 @@ def _run_parameters(settings, spec, entropy, tol, max_iter, remove, null, n_null
         params.update(tie_break=tie_break)
     return params
 
-
-def open_problem(X, y, position_bias=False, column=None):
-    """X opened (2-D, or 3-D multiple choice), its labels (classes 0..K-1 for multiple
-    choice), the (N, d) view of its rows that scans read, and whether it is multiple choice."""
-    X = open_embeddings(X, column, items=True)
-    labels, multiple_choice = problem_labels(X, y, position_bias)
-    return X, labels, X.reshape(X.shape[0] * X.shape[1], X.shape[2]) if multiple_choice else X, multiple_choice
-
-
-def problem_labels(X, y, position_bias=False):
-    """The labels of X (classes 0..K-1 for multiple choice: the right candidate of each item)
-    and whether X (any object with ``ndim`` and ``shape``) is multiple choice."""
-    if X.ndim == 3:
-        n_rows, K, _ = check_shape(X)
-        return Labels(classes=np.arange(K), codes=encode_choices(y, n_rows, K)), True
-    if position_bias:
-        raise ValueError("position_bias applies to multiple-choice X (items x candidates x features) only")
-    return encode_labels(y, X.shape[0]), False
-
-
-def check_multiple_choice_loss(spec, multiple_choice):
-    """Refuse a loss that does not apply to multiple choice (:mod:`aflite_fast.phase.multiple_choice`, c)."""
-    from aflite_fast.core.losses import MC_FORWARD_MESSAGE
-
-    if multiple_choice and spec.name == "forward":
-        raise ValueError(MC_FORWARD_MESSAGE)
 
 
 def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, tau=0.75, C=1.0,
@@ -406,9 +215,10 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
         Show a tqdm progress bar.
     tol, max_iter : float, int
         Stopping rules of each model's L-BFGS (max |gradient| and iterations).
-    backend : {"local", "dask"}, default="local"
-        ``"dask"`` scores each phase on a dask.distributed cluster
-        (:func:`aflite_fast.phase.dask_backend.score_phase_dask`): X (a dask array, a ``.npy``/``.zarr``
+    backend : {"local", "dask"} or a backend object, default="local"
+        Where each phase is scored (:mod:`aflite_fast.phase.backends`).  ``"dask"`` scores
+        each phase on a dask.distributed cluster (:class:`~aflite_fast.phase.backends.DaskBackend`,
+        or one from ``DaskBackend.connect(address)``): X (a dask array, a ``.npy``/``.zarr``
         path, a list of ``.npy`` shards, a memmap, or a
         :class:`~aflite_fast.phase.dask_backend.DaskEmbeddings`) stays on the workers; the loop and
         the result are the same as with ``"local"``.  ``n_jobs`` is then the kernel threads
@@ -510,32 +320,13 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
         When any partition's model stopped without converging (max_iter, a failed line
         search, a non-finite value); ``history[i].solver_status`` counts them per phase.
     """
-    # the status of X's files, before anything reads them: checked at every phase boundary
-    watch = InputWatch([("X", X)])
-    if backend == "dask":
-        if column is not None:
-            raise ValueError("column= reads a table file, which backend='dask' does not take; convert the "
-                             "collection to .npy shards (docs/formats.md)")
-        from aflite_fast.phase import dask_backend
-        X = dask_backend.DaskEmbeddings.open(X, client)  # multiple choice: X.ndim == 3, items on the workers
-        scan, score_phase = dask_backend.scan_rows_dask, dask_backend.score_phase_dask
-        labels, multiple_choice = problem_labels(X, y, position_bias)
-        X_rows = X  # the scan reads the candidate rows of multiple-choice X (X.row_shape)
-    elif backend == "local":
-        X, labels, X_rows, multiple_choice = open_problem(X, y, position_bias, column)
-        scan, score_phase = scan_rows, local.score_phase
-    else:
-        raise ValueError(f"backend must be 'local' or 'dask', got {backend!r}")
-    n_rows, n_features = X.shape[0], X.shape[-1]
-    is_eval = eval_mask(eval_rows, n_rows)
-    if eval_only_score and is_eval is None:
+    backend = make_backend(backend, client, n_jobs)
+    problem = Problem.open(X, y, backend=backend, loss=loss, loss_params=loss_params, tol=tol,
+                           position_bias=position_bias, column=column, eval_rows=eval_rows)
+    if eval_only_score and problem.is_eval is None:
         raise ValueError("eval_only_score=True needs eval_rows")
-    n_trainable = n_rows if is_eval is None else n_rows - int(is_eval.sum())
-    settings = validate_settings(n_trainable, target_size=target_size, n_partitions=n_partitions,
+    settings = validate_settings(problem.n_trainable, target_size=target_size, n_partitions=n_partitions,
                                  train_size=train_size, slice_size=slice_size, tau=tau, C=C)
-    # rows the loop may remove (eval_only_score: the evaluation rows stay)
-    removable_count = ((lambda act: act.size) if not eval_only_score
-                       else (lambda act: act.size - int(np.count_nonzero(is_eval[act]))))
     if remove not in REMOVE_MODES:
         raise ValueError(f"remove must be 'row' or 'group', got {remove!r}")
     if remove == "group" and groups is None:
@@ -543,180 +334,179 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
     n_null = check_null_args(null, n_null, stop)
     if tie_break not in TIE_BREAKS:
         raise ValueError(f"tie_break must be one of {', '.join(map(repr, TIE_BREAKS))}, got {tie_break!r}")
-    group_codes = partition_groups(groups, n_rows, settings.train_rows(n_trainable), is_eval)
-    spec = resolve_loss(loss, loss_params, labels.n_classes)
-    check_multiple_choice_loss(spec, multiple_choice)
-    n_threads = effective_n_threads(n_jobs) if backend == "local" else n_jobs
+    group_codes = partition_groups(groups, problem.n_rows, settings.train_rows(problem.n_trainable), problem.is_eval)
     store = None if checkpoint is None else Checkpoint(checkpoint)
     if random_state is None and store is not None and store.saved_seed is not None:
         entropy = int(store.saved_seed)
     else:
-        entropy = partitions.seed_entropy(random_state)
-    options = SolverOptions(tol=tol, max_iter=max_iter)
-    budget = local.parse_memory(max_memory)  # fail early on a bad budget string
-    if backend == "local":  # ... and on a phase the budget cannot hold (before allocating it)
-        _, D, n_out = plan.phase_shape(X, labels.n_classes, position_bias)
-        plan.check_phase_memory(n_rows, n_rows, settings.n_partitions, settings.train_rows(n_rows),
-                                  D - 1, n_out, budget)
+        entropy = seed_entropy(random_state)
+    problem.solver_arguments(C=settings.C, max_iter=max_iter, max_memory=max_memory)
+    # fail early on a bad budget string, and on a phase the budget cannot hold (before allocating it)
+    problem.check_phase_memory(settings.n_partitions, settings.train_rows(problem.n_rows), parse_memory(max_memory))
     # a checkpoint needs the fingerprint of every row, which the scan computes as it reads them
-    # the rows scanned: (N, d), or the (N x K, d) candidate rows of multiple choice
-    row_shape = (int(np.prod(X.shape[:-1])), n_features)
-    with ContentHash(row_shape, X.dtype, n_threads) if store is not None else nullcontext() as content:
-        center = scan(X_rows, fingerprint=content).astype(np.float32)
-    if backend == "local":
-        check_scale(X_rows, center, tol)  # no variance, or too small a scale: refused (aflite_fast.degenerate)
-    watch.check()
+    problem.scan(fingerprint=store is not None)
+    loop = _Loop(problem, settings, entropy, group_codes, eval_only_score, remove, null, n_null, stop, chance_check,
+                 tie_break)
     state = None
     if store is not None:
-        state = store.start(_run_parameters(settings, spec, entropy, tol, max_iter, remove, null, n_null, stop,
-                                            is_eval, eval_only_score,
-                                            position_bias if multiple_choice else None, tie_break),
-                            data_fingerprint(X, labels.codes, labels.classes, group_codes,
-                                             content=content.hexdigest()),
-                            x_source=f"X ({describe(watch.files)})")
+        state = store.start(_run_parameters(settings, problem.loss, entropy, tol, max_iter, remove, null, n_null,
+                                            stop, problem.is_eval, eval_only_score,
+                                            position_bias if problem.multiple_choice else None, tie_break),
+                            data_fingerprint(problem.X, problem.labels.codes, problem.labels.classes, group_codes,
+                                             content=problem.content_digest),
+                            x_source=f"X ({describe(problem.watch.files)})")
     if state is None:
+        n_rows = problem.n_rows
         state = LoopState(phase=0, active=np.arange(n_rows, dtype=np.int64), removed=np.empty(0, dtype=np.int64),
                           removed_phase=np.empty(0, dtype=np.int64), scores=np.full(n_rows, np.nan))
-    resumed_from = state.phase
-
-    scale = DataScale(X_rows if backend == "local" else None, center)  # read only if a model fails
-    active, scores, phase = state.active, state.scores, state.phase
-    removed, removed_phase = [state.removed], [state.removed_phase]
     try:
         history = [PhaseRecord(**record) for record in state.history]
     except TypeError as exc:  # a checkpoint of another version, whose records have other fields
         raise ValueError(f"checkpoint {os.fspath(checkpoint)!r}: its phase records do not fit this version "
                          f"of aflite_fast ({exc}); give another checkpoint path") from None
-    # Next phase's partitions are new random subsets: every one of them starts from the mean
-    # of the last phase's models (close to the full-data optimum), which took about 9% fewer
-    # L-BFGS steps than starting partition j from its predecessor.
-    warm_mean = state.warm_mean
-    ended = state.stop_reason  # why the last phase ended the run, if it did
-    stop_reason = ended or "target_size reached"
-    solver = dict(n_classes=labels.n_classes, C=settings.C, loss=spec, options=options, max_memory=max_memory,
-                  n_threads=n_threads)
-    if backend == "local":
-        # every phase (and null pass) gathers its rows into the same buffer
-        solver["workspace"] = gather.Workspace()
-    if multiple_choice:
-        solver["position_bias"] = bool(position_bias)
-    bar = tqdm(total=max(0, n_rows - settings.target_size), initial=int(state.removed.size),
-               disable=not progress, unit="row", desc="AFLite", leave=True)
-    try:
-        while ended is None and removable_count(active) > settings.target_size:
-            eligible = eligible_positions(active, is_eval)
-            t = settings.train_rows(eligible.size)
-            if t >= eligible.size:
-                which = "active rows" if is_eval is None else "training-eligible active rows"
-                stop_reason = f"train_size ({t}) reached the number of {which} ({eligible.size})"
-                break
-            active_groups = None if group_codes is None else group_codes[active]
-            problem = None if active_groups is None else check_group_train_size(active_groups[eligible], t)
-            if problem:
-                stop_reason = f"groups: {problem}"
-                break
-            start = time.perf_counter()
-            train_pos = train_positions(entropy, phase, active, is_eval, t, settings.n_partitions,
-                                        groups=active_groups)
-            removable = eligible if eval_only_score else None
-            warm = None if warm_mean is None else np.repeat(warm_mean[None], settings.n_partitions, axis=0)
-            res = score_phase(X, labels.codes, active, center, train_pos, warm_coef=warm, **solver)
-            # an untrained model's votes are noise: never report them (ValueError naming the cause)
-            check_trained(res.n_iter, res.status, scale, what="partition model")
-            if warm is None:  # a cold start must move its weights, whatever the status says
-                _check_moved(res, X, center, active, train_pos, tol, "partition model")
-            warm_mean = res.coef.mean(axis=0)
-            phase_scores = res.scores
-            scores[active] = phase_scores
-            budget = min(settings.slice_size, removable_count(active) - settings.target_size)
-            chosen, n_eligible = _eligible(res, active_groups, remove, settings.tau, budget, removable,
-                                           _tie_key(tie_break, entropy, phase, res.seen))
-            observed = dict(n_scored=int(np.count_nonzero(res.seen)), n_blocks=res.n_blocks,
-                            mean_iterations=float(res.n_iter.mean()), solver_status=status_counts(res.status),
-                            bytes_moved=_bytes_moved(res),
-                            score_hist=np.histogram(phase_scores[res.seen > 0], bins=SCORE_BINS,
-                                                    range=(0.0, 1.0))[0].tolist())
-            del res  # the null passes reuse the engine's memory budget
-            null_record, by_chance = {}, False
-            if null is not None:
-                null_start = time.perf_counter()
-                summary, null_bytes = _null_pass(score_phase, X, labels.codes, active, center, train_pos, entropy,
-                                                 phase, n_null, active_groups, remove, settings.tau, solver, scale,
-                                                 removable)
-                observed["bytes_moved"] += null_bytes
-                null_record = dict(null_above_tau=summary.counts, null_mean=summary.mean, null_std=summary.std,
-                                   null_share=summary.mean / active.size, null_excess=n_eligible - summary.mean,
-                                   null_margin=summary.margin, null_seconds=time.perf_counter() - null_start)
-                by_chance = stop != "paper" and summary.within(n_eligible)
-                if by_chance:  # no more rows reach tau than chance gives: none of them goes
-                    chosen = chosen[:0]
-            if chance_check and phase == 0:  # aflite_fast.filtering.chance
-                chance_start, counts = time.perf_counter(), list(summary.counts) if null is not None else []
-                if len(counts) < N_PERMUTATIONS:  # the null's first permutations are the check's
-                    more, more_bytes = _null_counts(score_phase, X, labels.codes, active, center, train_pos, entropy,
-                                                    phase, N_PERMUTATIONS, active_groups, remove, settings.tau,
-                                                    solver, scale, removable, first=len(counts))
-                    counts += more
-                    observed["bytes_moved"] += more_bytes
-                null_record["chance"] = ChanceCheck.from_counts(
-                    active.size, settings.tau, n_eligible, counts, time.perf_counter() - chance_start).as_dict()
-            removed.append(active[chosen])
-            removed_phase.append(np.full(chosen.size, phase, dtype=np.int64))
-            keep_pos = np.ones(active.size, dtype=bool)
-            keep_pos[chosen] = False
-            history.append(PhaseRecord(
-                phase=phase, n_active=int(active.size), train_size=t, n_above_tau=int(n_eligible),
-                n_removed=int(chosen.size), seconds=time.perf_counter() - start, **observed,
-                class_active=np.bincount(labels.codes[active], minlength=labels.n_classes).tolist(),
-                class_removed=np.bincount(labels.codes[active[chosen]], minlength=labels.n_classes).tolist(),
-                **null_record))
-            active = active[keep_pos]
-            bar.update(int(chosen.size))
-            bar.set_postfix(phase=phase, active=int(active.size), above_tau=int(n_eligible),
-                            **({} if null is None else {"null": round(summary.mean, 1)}))
-            phase += 1
-            if by_chance:
-                ended = (f"the {n_eligible} rows at or above tau={settings.tau} do not exceed the permutation "
-                         f"null ({summary.mean:.1f}, mean of {n_null}) by its margin ({summary.margin:.1f})")
-            elif stop != "null" and n_eligible < settings.slice_size:
-                ended = f"fewer than slice_size={settings.slice_size} rows reached tau={settings.tau}"
-            elif chosen.size == 0:  # remove="group" only: no eligible group fits in the budget
-                ended = (f"the groups that reached tau={settings.tau} are all larger than the "
-                         f"{budget} rows left to remove in this phase")
-            watch.check()  # before a checkpoint keeps a phase that may have read changed rows
-            if store is not None:
-                store.save(LoopState(phase=phase, active=active, removed=np.concatenate(removed),
-                                     removed_phase=np.concatenate(removed_phase), scores=scores,
-                                     warm_mean=warm_mean, history=[h.as_dict() for h in history],
-                                     stop_reason=ended))
-            if ended is not None:
-                stop_reason = ended
-    finally:
-        bar.close()
-    removed = np.concatenate(removed)
-    warn_not_converged(total_status(h.solver_status for h in history), what="partition model")
-    chance = ChanceCheck.from_dict(history[0].chance) if history else None
-    warn_if_chance(chance, stop)
-    return AFLiteResult(
-        keep=active, removed=removed, removed_phase=np.concatenate(removed_phase), scores=scores,
-        history=history, classes=labels.classes, stop_reason=stop_reason,
-        kept_per_class=np.bincount(labels.codes[active], minlength=labels.n_classes).astype(np.int64),
-        removed_per_class=np.bincount(labels.codes[removed], minlength=labels.n_classes).astype(np.int64),
-        resumed_from=resumed_from, chance=chance)
+    return loop.run(state, history, store, progress)
 
 
-def filter_on_cluster(scheduler, X, y, *, chunk_rows=None, **aflite_kwargs):
-    """:func:`aflite` with ``backend="dask"`` on the cluster at ``scheduler``.
+class _Loop:
+    """The phases of one run: each draws its partitions, scores them through the problem's
+    backend, removes a slice and records what it did (:meth:`phase`); :meth:`run` repeats it
+    until a stop rule ends the run, saving a checkpoint after every phase."""
 
-    Connects (:func:`aflite_fast.phase.dask_backend.connect`: an address, a scheduler file or
-    ``"local"`` / ``"local:N"``), puts X on the cluster (a ``.npy`` path, a list of ``.npy``
-    shards, a ``.zarr`` path, an ndarray or a dask array), runs the loop and returns its
-    AFLiteResult.  The client is closed afterwards, also after an error.
-    """
-    from aflite_fast.phase import dask_backend
-    client = dask_backend.connect(scheduler)
-    try:
-        Xd = dask_backend.DaskEmbeddings(X, client, chunk_rows=chunk_rows)
-        return aflite(Xd, y, backend="dask", **aflite_kwargs)
-    finally:
-        dask_backend.close_client(client)
+    def __init__(self, problem, settings, entropy, group_codes, eval_only_score, remove, null, n_null, stop,
+                 chance_check, tie_break):
+        self.problem, self.settings, self.entropy = problem, settings, entropy
+        self.group_codes, self.eval_only_score = group_codes, eval_only_score
+        self.remove, self.null, self.n_null, self.stop = remove, null, n_null, stop
+        self.chance_check, self.tie_break = chance_check, tie_break
+
+    def removable_count(self, active):
+        """Rows of ``active`` the loop may remove (``eval_only_score``: the evaluation rows stay)."""
+        if not self.eval_only_score:
+            return active.size
+        return active.size - int(np.count_nonzero(self.problem.is_eval[active]))
+
+    def run(self, state, history, store, progress):
+        problem, settings = self.problem, self.settings
+        active, scores, phase = state.active, state.scores, state.phase
+        removed, removed_phase = [state.removed], [state.removed_phase]
+        # Next phase's partitions are new random subsets: every one of them starts from the mean
+        # of the last phase's models (close to the full-data optimum), which took about 9% fewer
+        # L-BFGS steps than starting partition j from its predecessor.
+        warm_mean = state.warm_mean
+        ended = state.stop_reason  # why the last phase ended the run, if it did
+        stop_reason = ended or "target_size reached"
+        bar = tqdm(total=max(0, problem.n_rows - settings.target_size), initial=int(state.removed.size),
+                   disable=not progress, unit="row", desc="AFLite", leave=True)
+        try:
+            while ended is None and self.removable_count(active) > settings.target_size:
+                eligible = eligible_positions(active, problem.is_eval)
+                t = settings.train_rows(eligible.size)
+                if t >= eligible.size:
+                    which = "active rows" if problem.is_eval is None else "training-eligible active rows"
+                    stop_reason = f"train_size ({t}) reached the number of {which} ({eligible.size})"
+                    break
+                active_groups = None if self.group_codes is None else self.group_codes[active]
+                too_large = None if active_groups is None else check_group_train_size(active_groups[eligible], t)
+                if too_large:
+                    stop_reason = f"groups: {too_large}"
+                    break
+                record, chosen, warm_mean, ended, n_eligible, null_mean = self.phase(
+                    phase, active, eligible, t, active_groups, warm_mean, scores)
+                history.append(record)
+                removed.append(active[chosen])
+                removed_phase.append(np.full(chosen.size, phase, dtype=np.int64))
+                keep_pos = np.ones(active.size, dtype=bool)
+                keep_pos[chosen] = False
+                active = active[keep_pos]
+                bar.update(int(chosen.size))
+                bar.set_postfix(phase=phase, active=int(active.size), above_tau=int(n_eligible),
+                                **({} if null_mean is None else {"null": round(null_mean, 1)}))
+                phase += 1
+                problem.watch.check()  # before a checkpoint keeps a phase that may have read changed rows
+                if store is not None:
+                    store.save(LoopState(phase=phase, active=active, removed=np.concatenate(removed),
+                                         removed_phase=np.concatenate(removed_phase), scores=scores,
+                                         warm_mean=warm_mean, history=[h.as_dict() for h in history],
+                                         stop_reason=ended))
+                if ended is not None:
+                    stop_reason = ended
+        finally:
+            bar.close()
+        return self.result(active, np.concatenate(removed), np.concatenate(removed_phase), scores, history,
+                           stop_reason, state.phase)
+
+    def phase(self, phase, active, eligible, t, active_groups, warm_mean, scores):
+        """One phase on ``active``: partitions, the checked scoring, the slice removed, the null and
+        the chance check.  Writes the phase's scores into ``scores``; returns (record, chosen
+        positions, the models' mean, why the run ends or None, rows at or above tau, the null's mean)."""
+        problem, settings = self.problem, self.settings
+        start = time.perf_counter()
+        train_pos = problem.train_positions(self.entropy, phase, active, t, settings.n_partitions, active_groups)
+        removable = eligible if self.eval_only_score else None
+        warm = None if warm_mean is None else np.repeat(warm_mean[None], settings.n_partitions, axis=0)
+        # untrained models' votes are noise: never reported (ValueError naming the cause)
+        res = problem.score(problem.labels.codes, active, train_pos, warm_coef=warm)
+        warm_mean = res.coef.mean(axis=0)
+        scores[active] = res.scores
+        budget = min(settings.slice_size, self.removable_count(active) - settings.target_size)
+        chosen, n_eligible = phase_selection(res, active_groups, self.remove, settings.tau, budget, removable,
+                                             tie_key(self.tie_break, self.entropy, phase, res.seen))
+        observed = dict(n_scored=int(np.count_nonzero(res.seen)), n_blocks=res.n_blocks,
+                        mean_iterations=float(res.n_iter.mean()), solver_status=status_counts(res.status),
+                        bytes_moved=problem.backend.bytes_moved(res),
+                        score_hist=np.histogram(res.scores[res.seen > 0], bins=SCORE_BINS,
+                                                range=(0.0, 1.0))[0].tolist())
+        del res  # the null passes reuse the backend's memory budget
+        null_record, by_chance, summary = {}, False, None
+        if self.null is not None:
+            null_start = time.perf_counter()
+            counts, null_bytes = null_counts(problem, active, train_pos, self.entropy, phase, self.n_null,
+                                             active_groups, self.remove, settings.tau, removable)
+            summary = summarize(counts)
+            observed["bytes_moved"] += null_bytes
+            null_record = dict(null_above_tau=summary.counts, null_mean=summary.mean, null_std=summary.std,
+                               null_share=summary.mean / active.size, null_excess=n_eligible - summary.mean,
+                               null_margin=summary.margin, null_seconds=time.perf_counter() - null_start)
+            by_chance = self.stop != "paper" and summary.within(n_eligible)
+            if by_chance:  # no more rows reach tau than chance gives: none of them goes
+                chosen = chosen[:0]
+        if self.chance_check and phase == 0:  # aflite_fast.filtering.chance
+            chance_start, counts = time.perf_counter(), list(summary.counts) if summary is not None else []
+            if len(counts) < N_PERMUTATIONS:  # the null's first permutations are the check's
+                more, more_bytes = null_counts(problem, active, train_pos, self.entropy, phase, N_PERMUTATIONS,
+                                               active_groups, self.remove, settings.tau, removable,
+                                               first=len(counts))
+                counts += more
+                observed["bytes_moved"] += more_bytes
+            null_record["chance"] = ChanceCheck.from_counts(
+                active.size, settings.tau, n_eligible, counts, time.perf_counter() - chance_start).as_dict()
+        codes = problem.labels.codes
+        record = PhaseRecord(
+            phase=phase, n_active=int(active.size), train_size=t, n_above_tau=int(n_eligible),
+            n_removed=int(chosen.size), seconds=time.perf_counter() - start, **observed,
+            class_active=np.bincount(codes[active], minlength=problem.labels.n_classes).tolist(),
+            class_removed=np.bincount(codes[active[chosen]], minlength=problem.labels.n_classes).tolist(),
+            **null_record)
+        ended = None
+        if by_chance:
+            ended = (f"the {n_eligible} rows at or above tau={settings.tau} do not exceed the permutation "
+                     f"null ({summary.mean:.1f}, mean of {self.n_null}) by its margin ({summary.margin:.1f})")
+        elif self.stop != "null" and n_eligible < settings.slice_size:
+            ended = f"fewer than slice_size={settings.slice_size} rows reached tau={settings.tau}"
+        elif chosen.size == 0:  # remove="group" only: no eligible group fits in the budget
+            ended = (f"the groups that reached tau={settings.tau} are all larger than the "
+                     f"{budget} rows left to remove in this phase")
+        return record, chosen, warm_mean, ended, n_eligible, None if summary is None else summary.mean
+
+    def result(self, active, removed, removed_phase, scores, history, stop_reason, resumed_from):
+        labels = self.problem.labels
+        # stacklevel: the warnings name the line that called aflite (result <- run <- aflite <- caller)
+        warn_not_converged(total_status(h.solver_status for h in history), what="partition model", stacklevel=5)
+        chance = ChanceCheck.from_dict(history[0].chance) if history else None
+        warn_if_chance(chance, self.stop, stacklevel=5)
+        return AFLiteResult(
+            keep=active, removed=removed, removed_phase=removed_phase, scores=scores,
+            history=history, classes=labels.classes, stop_reason=stop_reason,
+            kept_per_class=np.bincount(labels.codes[active], minlength=labels.n_classes).astype(np.int64),
+            removed_per_class=np.bincount(labels.codes[removed], minlength=labels.n_classes).astype(np.int64),
+            resumed_from=resumed_from, chance=chance)

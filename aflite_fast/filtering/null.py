@@ -19,8 +19,8 @@ c. Scoring: in every phase (not every few), after the observed models, the calle
    ``score_phase`` (the same engine and batched kernel) ``n_null`` times on the same training
    positions with the permuted codes and a cold start (zero coefficients), so the null models
    never touch the observed models' warm start, and counts the rows at or above tau exactly as
-   it counts the observed ones (:func:`aflite_fast.filtering.loop.score_nulls`, which also refuses
-   null models that did not train, as the observed ones are refused).
+   it counts the observed ones (:func:`score_nulls`, :func:`null_counts`; the null models that
+   did not train are refused as the observed ones are, :meth:`aflite_fast.filtering.problem.Problem.score`).
 d. Summary (:func:`summarize`): mean and standard deviation (ddof=1, None for one
    permutation) of the counts over ``n_null`` permutations, and the stop rule's margin
    ``NULL_SIGMAS * sigma * sqrt(1 + 1/n_null)``, where sigma is the larger of the counts'
@@ -140,3 +140,31 @@ def check_null_args(null, n_null, stop):
     if stop != "paper" and null is None:
         raise ValueError(f"stop={stop!r} needs null='permutation' (the null count it compares with)")
     return int(n_null)
+
+
+def score_nulls(problem, active, train_pos, entropy, phase, n_null, groups=None, first=0):
+    """Yield this phase's partitions scored under label permutations ``first``..``n_null - 1``
+    (c): a cold-started, checked phase each (:meth:`aflite_fast.filtering.problem.Problem.score`).
+
+    The consumer drops each result before asking for the next (the local backend's memory
+    budget holds one phase at a time).
+    """
+    for i in range(first, n_null):
+        res = problem.score(null_codes(problem.labels.codes, active, entropy, phase, i, groups), active,
+                            train_pos, what="null model")
+        yield res
+        del res
+
+
+def null_counts(problem, active, train_pos, entropy, phase, n_null, active_groups, remove, tau, removable=None,
+                first=0):
+    """Rows at or above tau under permutations ``first``..``n_null - 1`` of this phase, on its
+    partitions, counted as the observed rows are, and the bytes the scorings sent between processes."""
+    from aflite_fast.filtering.selection import phase_selection
+
+    counts, moved = [], 0
+    for res in score_nulls(problem, active, train_pos, entropy, phase, n_null, active_groups, first=first):
+        counts.append(phase_selection(res, active_groups, remove, tau, 0, removable)[1])
+        moved += problem.backend.bytes_moved(res)
+        del res
+    return counts, moved

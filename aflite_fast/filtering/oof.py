@@ -33,19 +33,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from aflite_fast.core import preconditioning
-from aflite_fast.phase import gather
-from aflite_fast.phase import local
-from aflite_fast.phase import partitions
-from aflite_fast.phase import plan
-from aflite_fast.core import prediction
-from aflite_fast.core import solver
-from aflite_fast.runtime.memory import parse_memory
-from aflite_fast.runtime.threads import effective_n_threads
-from aflite_fast.filtering.loop import validate_settings
-from aflite_fast.io.inputs import encode_labels, gather_rows, open_embeddings, scan_rows
+from aflite_fast.core import prediction, preconditioning, solver
+from aflite_fast.filtering.problem import Problem, check_C, validate_settings
+from aflite_fast.io.inputs import gather_rows
+from aflite_fast.phase import gather, plan
+from aflite_fast.phase.backends import LocalBackend
 from aflite_fast.phase.groups import encode_groups, partition_groups
-from aflite_fast.core.losses import resolve_loss
+from aflite_fast.phase.partitions import seed_entropy
+from aflite_fast.runtime.memory import parse_memory
 
 
 @dataclass
@@ -86,19 +81,13 @@ class OOFRun:
             return np.where(self.seen > 0, self.correct / np.maximum(self.seen, 1), np.nan)
 
 
-def _check_C(C):
-    if isinstance(C, bool) or not isinstance(C, numbers.Real) or not C > 0 or not np.isfinite(C):
-        raise ValueError(f"C must be a positive number, got {C!r}")
-    return float(C)
-
-
 def _sklearn_seed(random_state):
     """A seed StratifiedKFold accepts; an int is passed unchanged so the folds can be rebuilt."""
     if isinstance(random_state, (int, np.integer)) and not isinstance(random_state, bool):
         if random_state < 0:
             raise ValueError(f"random_state must be non-negative, got {random_state}")
         return int(random_state) % (2**32)
-    return partitions.seed_entropy(random_state) % (2**32)
+    return seed_entropy(random_state) % (2**32)
 
 
 def make_folds(cv, codes, random_state=None, groups=None):
@@ -242,7 +231,7 @@ def _fit_predict_subsets(X, codes, center, member, heldout, *, n_classes, C, los
         if bar is not None:
             bar.set_description("out-of-fold: predicting", refresh=False)
             bar.update(r.size)
-    return seen, correct, prob_label, proba_sum, n_iter, status
+    return seen, correct, prob_label, proba_sum, coef, n_iter, status
 
 
 def _progress_bar(progress, total):
@@ -268,30 +257,24 @@ def oof_run(X, y, *, cv=5, C=1.0, loss="ce", loss_params=None, n_partitions=None
     Parameters are those of :func:`oof_predict_proba`; ``progress=True`` shows a tqdm bar
     (rows validated, then rows predicted; the command line's ``oof`` uses it).
     """
-    X = open_embeddings(X, column)
-    n_rows = X.shape[0]
-    C = _check_C(C)
-    options = solver.SolverOptions(tol=tol, max_iter=max_iter)
-    n_threads = effective_n_threads(n_jobs)
+    problem = Problem.open(X, y, backend=LocalBackend(n_jobs), loss=loss, loss_params=loss_params, tol=tol,
+                           column=column, items=False)
+    X, labels, n_rows = problem.X, problem.labels, problem.n_rows
+    C = check_C(C)
     budget = parse_memory(max_memory)  # fail early on a bad budget string
     if n_partitions is not None:
-        labels = encode_labels(y, n_rows)
-        spec = resolve_loss(loss, loss_params, labels.n_classes)
-        settings = validate_settings(n_rows, target_size=0, n_partitions=n_partitions,
-                                     train_size=0.5 if train_size is None else train_size,
-                                     slice_size=1, tau=0.5, C=C)
+        settings = validate_settings(n_rows, n_partitions=n_partitions,
+                                     train_size=0.5 if train_size is None else train_size, C=C)
         t = settings.train_rows(n_rows)
-        plan.check_phase_memory(n_rows, n_rows, settings.n_partitions, t, X.shape[1], labels.n_classes,
-                                  budget, with_proba=True)  # before allocating the partitions
+        problem.check_phase_memory(settings.n_partitions, t, budget, with_proba=True)  # before allocating
+        problem.solver_arguments(C=C, max_iter=max_iter, max_memory=max_memory)
         with _progress_bar(progress, n_rows) as bar:
-            center = scan_rows(X, progress=bar).astype(np.float32)
-        train_pos = partitions.partition_train_positions(partitions.seed_entropy(random_state), 0, n_rows, t,
-                                                     settings.n_partitions,
-                                                     groups=partition_groups(groups, n_rows, t))
+            problem.scan(progress=bar)
+        active = np.arange(n_rows, dtype=np.int64)
+        train_pos = problem.train_positions(seed_entropy(random_state), 0, active, t, settings.n_partitions,
+                                            partition_groups(groups, n_rows, t))
         proba_sum = np.zeros((n_rows, labels.n_classes), dtype=np.float64)
-        res = local.score_phase(X, labels.codes, np.arange(n_rows, dtype=np.int64), center, train_pos,
-                                 n_classes=labels.n_classes, C=C, loss=spec, options=options,
-                                 max_memory=max_memory, n_threads=n_threads, proba_sum=proba_sum)
+        res = problem.score(labels.codes, active, train_pos, proba_sum=proba_sum)
         seen, correct, prob_label, n_iter, status = res.seen, res.correct, res.prob_label, res.n_iter, res.status
         mode = "partitions"
         n_missing = int(np.count_nonzero(seen == 0))
@@ -302,8 +285,7 @@ def oof_run(X, y, *, cv=5, C=1.0, loss="ce", loss_params=None, n_partitions=None
     else:
         if train_size is not None:
             raise ValueError("train_size applies to n_partitions mode only; with cv the folds fix the training sets")
-        labels = encode_labels(y, n_rows)
-        spec = resolve_loss(loss, loss_params, labels.n_classes)
+        options = solver.SolverOptions(tol=tol, max_iter=max_iter)
         folds = make_folds(cv, labels.codes, random_state,
                            groups=None if groups is None else encode_groups(groups, n_rows))
         K = len(folds)
@@ -321,11 +303,13 @@ def oof_run(X, y, *, cv=5, C=1.0, loss="ce", loss_params=None, n_partitions=None
             raise ValueError(f"{int(np.count_nonzero(~covered))} row(s) are in no test set; "
                              "the folds' test sets must cover every row")
         with _progress_bar(progress, 2 * n_rows) as bar:
-            center = scan_rows(X, progress=bar).astype(np.float32)
+            problem.scan(progress=bar)
             bar.set_description(f"out-of-fold: training {K} models")
-            seen, correct, prob_label, proba_sum, n_iter, status = _fit_predict_subsets(
-                X, labels.codes, center, member, heldout, n_classes=labels.n_classes, C=C, loss=spec,
-                options=options, max_memory=max_memory, n_threads=n_threads, bar=bar)
+            seen, correct, prob_label, proba_sum, coef, n_iter, status = _fit_predict_subsets(
+                X, labels.codes, problem.center, member, heldout, n_classes=labels.n_classes, C=C, loss=problem.loss,
+                options=options, max_memory=max_memory, n_threads=problem.backend.n_threads, bar=bar)
+        # the guards of every phase: no fold model reported that did not train
+        problem.check_models(coef, n_iter, status, lambda k: np.flatnonzero(member[:, k]), what="fold model")
         mode = "folds"
     return OOFRun(proba=_normalize(proba_sum, seen), seen=seen, correct=correct, prob_label=prob_label,
                   codes=labels.codes, classes=labels.classes, n_iter=n_iter, status=status, mode=mode)

@@ -4,19 +4,12 @@ from typing import Optional
 
 import numpy as np
 
-from aflite_fast.phase import local
-from aflite_fast.phase import partitions
-from aflite_fast.io.scale import DataScale
-from aflite_fast.core.solver_status import check_trained, status_counts, warn_not_converged
-from aflite_fast.core.degenerate import check_moved, check_scale
-from aflite_fast.runtime.threads import effective_n_threads
-from aflite_fast.filtering.loop import check_multiple_choice_loss, open_problem, score_nulls, validate_settings
-from aflite_fast.io.inputs import scan_rows
-from aflite_fast.phase.evaluation_rows import eval_mask, train_positions
+from aflite_fast.core.solver_status import status_counts, warn_not_converged
+from aflite_fast.filtering.null import check_null_args, score_nulls
+from aflite_fast.filtering.problem import Problem, validate_settings
+from aflite_fast.phase.backends import LocalBackend
 from aflite_fast.phase.groups import partition_groups
-from aflite_fast.core.solver import SolverOptions
-from aflite_fast.core.losses import resolve_loss
-from aflite_fast.filtering.null import check_null_args
+from aflite_fast.phase.partitions import seed_entropy
 
 
 @dataclass
@@ -84,37 +77,24 @@ def predictability(X, y, *, n_partitions=64, train_size, C=1.0, loss="ce", loss_
     sklearn.exceptions.ConvergenceWarning
         When any partition's model stopped without converging.
     """
-    X, labels, X_rows, multiple_choice = open_problem(X, y, position_bias, column)
-    n_rows = X.shape[0]
-    is_eval = eval_mask(eval_rows, n_rows)
-    n_trainable = n_rows if is_eval is None else n_rows - int(is_eval.sum())
-    settings = validate_settings(n_trainable, target_size=0, n_partitions=n_partitions,
-                                 train_size=train_size, slice_size=1, tau=0.5, C=C)
+    problem = Problem.open(X, y, backend=LocalBackend(n_jobs), loss=loss, loss_params=loss_params, tol=tol,
+                           position_bias=position_bias, column=column, eval_rows=eval_rows)
+    n_trainable = problem.n_trainable
+    settings = validate_settings(n_trainable, n_partitions=n_partitions, train_size=train_size, C=C)
     n_null = check_null_args(null, n_null, "paper")
-    spec = resolve_loss(loss, loss_params, labels.n_classes)
-    check_multiple_choice_loss(spec, multiple_choice)
-    center = scan_rows(X_rows).astype(np.float32)
-    check_scale(X_rows, center, tol)  # no variance, or too small a scale (aflite_fast.degenerate)
-    active = np.arange(n_rows, dtype=np.int64)
+    problem.solver_arguments(C=settings.C, max_iter=max_iter, max_memory=max_memory)
+    problem.scan()
+    active = np.arange(problem.n_rows, dtype=np.int64)
     t = settings.train_rows(n_trainable)
-    group_codes = partition_groups(groups, n_rows, t, is_eval)
-    entropy = partitions.seed_entropy(random_state)
-    train_pos = train_positions(entropy, 0, active, is_eval, t, settings.n_partitions, groups=group_codes)
-    solver = dict(n_classes=labels.n_classes, C=settings.C, loss=spec,
-                  options=SolverOptions(tol=tol, max_iter=max_iter), max_memory=max_memory,
-                  n_threads=effective_n_threads(n_jobs), **({"position_bias": bool(position_bias)}
-                                                            if multiple_choice else {}))
-    scale = DataScale(X_rows, center)  # read only if a model failed
-    res = local.score_phase(X, labels.codes, active, center, train_pos, **solver)
-    check_trained(res.n_iter, res.status, scale, what="partition model")
-    check_moved(res.coef, res.status, X=X, center=center, train_rows=lambda j: train_pos[j][train_pos[j] >= 0],
-                tol=tol, what="partition model")
+    group_codes = partition_groups(groups, problem.n_rows, t, problem.is_eval)
+    entropy = seed_entropy(random_state)
+    train_pos = problem.train_positions(entropy, 0, active, t, settings.n_partitions, group_codes)
+    res = problem.score(problem.labels.codes, active, train_pos)
     warn_not_converged(status_counts(res.status), what="partition model")
     null_scores = None
     if null is not None:
         null_scores = np.stack([null_res.scores for null_res in score_nulls(
-            local.score_phase, X, labels.codes, active, center, train_pos, entropy, 0, n_null, group_codes,
-            solver, scale)])
+            problem, active, train_pos, entropy, 0, n_null, group_codes)])
     with np.errstate(invalid="ignore", divide="ignore"):
         mean_prob = np.where(res.seen > 0, res.prob_label / np.maximum(res.seen, 1), np.nan)
     return PredictabilityResult(scores=res.scores, correct=res.correct, seen=res.seen, prob_label=mean_prob,

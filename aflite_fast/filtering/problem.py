@@ -160,11 +160,7 @@ class Problem:
         :func:`~aflite_fast.io.inputs.open_embeddings` does; ``loss`` may be a callable
         ``loss(n_classes)`` returning a LossSpec (the estimators' parameters)."""
         watch = InputWatch([("X", X)])
-        if not items:
-            from aflite_fast.io.inputs import open_embeddings
-
-            X = open_embeddings(X, column)  # the 2-D-only refusal, before the backend takes it
-        X, rows = backend.open(X, column if items else None)
+        X, rows = backend.open(X, column, items=items)
         labels, multiple_choice = problem_labels(X, y, position_bias, min_per_class)
         is_eval = eval_mask(eval_rows, X.shape[0])
         spec = loss(labels.n_classes) if callable(loss) else resolve_loss(loss, loss_params, labels.n_classes)

@@ -39,12 +39,13 @@ class LocalBackend:
         self.n_threads = effective_n_threads(n_jobs)
         self._workspace = None
 
-    def open(self, X, column=None):
-        """X opened and checked (:func:`aflite_fast.io.inputs.open_embeddings`, 2-D or 3-D), and
-        the (rows, d) view scans read (the candidate rows of multiple-choice X)."""
+    def open(self, X, column=None, items=True):
+        """X opened and checked (:func:`aflite_fast.io.inputs.open_embeddings`: 2-D, or 3-D
+        multiple choice with ``items``), and the (rows, d) view scans read (the candidate rows of
+        multiple-choice X)."""
         from aflite_fast.io.inputs import open_embeddings
 
-        X = open_embeddings(X, column, items=True)
+        X = open_embeddings(X, column, items=items)
         rows = X.reshape(X.shape[0] * X.shape[1], X.shape[2]) if X.ndim == 3 else X
         return X, rows
 
@@ -126,7 +127,7 @@ class DaskBackend:
         backend._owned = True
         return backend
 
-    def open(self, X, column=None):
+    def open(self, X, column=None, items=True):
         """X put on (or found on) the cluster as a :class:`~aflite_fast.phase.dask_backend.DaskEmbeddings`;
         the scans read its rows where they are."""
         if column is not None:

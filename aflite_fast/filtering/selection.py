@@ -1,0 +1,66 @@
+"""Which rows a phase removes: highest score first among those at or above tau, ties ordered.
+
+a. :func:`select_rows`: rows scored this phase with score >= tau, highest score first, ties by
+   the mean held-out probability of the row's label (or a random key standing in for it,
+   :func:`tie_key`), then by position; at most the phase's budget.
+b. :func:`phase_selection`: the same per row or per group (``remove="group"``:
+   :func:`aflite_fast.phase.groups.select_groups`), optionally restricted to the positions that
+   may be removed (``eval_only_score``).
+"""
+from dataclasses import dataclass
+
+import numpy as np
+
+from aflite_fast.phase.groups import select_groups
+
+#: Middle word of the random tie-break's spawn key, "tie" in ASCII (partition keys have two words).
+TIE_TAG = 0x746965
+
+
+def select_rows(scores, prob_label, seen, tau, budget):
+    """Positions to remove: highest score first, ties by mean probability of the label (or the
+    random key standing in for it, :func:`tie_key`), then by position; only rows scored this
+    phase with score >= tau.  Returns (selected, n_eligible)."""
+    eligible = np.flatnonzero((seen > 0) & (scores >= tau))
+    if eligible.size == 0 or budget <= 0:
+        return np.empty(0, dtype=np.int64), eligible.size
+    mean_prob = prob_label[eligible] / seen[eligible]
+    order = np.lexsort((eligible, -mean_prob, -scores[eligible]))
+    return eligible[order[:budget]], eligible.size
+
+
+def tie_key(tie_break, entropy, phase, seen):
+    """What orders rows of equal score, as a summed "probability" (divided by ``seen`` where
+    used): None for ``"label_prob"`` (the label's held-out probability itself); for ``"random"``
+    a uniform draw per row from ``SeedSequence(entropy, spawn_key=(phase, TIE_TAG))`` times
+    ``seen``, so its mean is the draw (a group's mean: a random mix of its rows' draws)."""
+    if tie_break == "label_prob":
+        return None
+    rng = np.random.default_rng(np.random.SeedSequence(entropy, spawn_key=(phase, TIE_TAG)))
+    return rng.random(seen.size) * seen
+
+
+def phase_selection(res, active_groups, remove, tau, budget, removable=None, tie_key=None):
+    """Positions to remove (at most ``budget`` rows) and the rows that could be removed, from
+    one phase's :class:`~aflite_fast.phase.scores.PhaseScores`: per row or per group.  ``removable``
+    (positions, sorted) restricts both to those positions (``eval_only_score``); ``tie_key``
+    (:func:`tie_key`) stands in for the label's probability between equal scores."""
+    if removable is not None:
+        sub = _Subset(res.scores[removable], res.prob_label[removable], res.seen[removable])
+        groups = None if active_groups is None else active_groups[removable]
+        key = None if tie_key is None else tie_key[removable]
+        chosen, n_eligible = phase_selection(sub, groups, remove, tau, budget, tie_key=key)
+        return removable[chosen], n_eligible
+    prob_label = res.prob_label if tie_key is None else tie_key
+    if remove == "group":
+        return select_groups(res.scores, prob_label, res.seen, active_groups, tau, budget)
+    return select_rows(res.scores, prob_label, res.seen, tau, budget)
+
+
+@dataclass
+class _Subset:
+    """The per-row results :func:`phase_selection` reads, for a subset of the positions."""
+
+    scores: np.ndarray
+    prob_label: np.ndarray
+    seen: np.ndarray
