@@ -17,6 +17,11 @@ user loss; multiple-choice X; a run stopped after two phases with ``checkpoint=`
 ``evaluate_filter``; ``aflite(..., backend="dask")`` on a two-process ``LocalCluster``.
 Only public entry points are used (``aflite_fast``'s names and ``aflite_fast.synthetic``).
 
+The filtering runs' outputs are discrete (rows, phases, counts, scores that are ratios of
+counts), so a change of the models by a few ulps seldom shows in them; the models' own bits
+show in the checkpoint's warm start (the mean model of a phase), ``prob_label``,
+probabilities and coefficients, which change with one float32 ulp of the preconditioner.
+
 Where the stored hashes hold
     Results depend on the inputs and ``random_state`` only, not on the thread count (these
     runs use ``N_JOBS`` threads; the generator's ``--n-jobs`` changes it).  The kernel's
