@@ -12,7 +12,7 @@ from aflite_fast.cli import main
 from aflite_fast.core.degenerate import check_moved, check_scale, unmoved_weights
 from aflite_fast.core.losses import check_transition
 from aflite_fast.core.losses import resolve_loss
-from aflite_fast.filtering import loop
+from aflite_fast.phase.backends import LocalBackend
 
 N, D = 400, 6
 RUN = dict(target_size=200, n_partitions=8, train_size=0.5, slice_size=50, progress=False, n_jobs=1,
@@ -148,7 +148,7 @@ def test_zero_weights_that_are_the_optimum_stand():
 def test_unmoved_weights_are_refused_in_the_loop_and_the_cli(labels, monkeypatch, tmp_path, capsys):
     """Past the scale check (switched off here), the loop still refuses the intercept-only models."""
 
-    monkeypatch.setattr(loop, "check_scale", lambda *a, **k: None)
+    monkeypatch.setattr(LocalBackend, "check_scale", lambda self, *a, **k: None)
     X = np.full((N, D), 3.0, dtype=np.float32)
     with pytest.raises(ValueError, match="solver status: converged: 8.*intercept-only models"):
         aflite(X, labels, **RUN)

@@ -213,7 +213,7 @@ class RobustLogisticRegression(ClassifierMixin, BaseEstimator):
         y = column_or_1d(y, warn=True)
         # the problem step of every entry point: X opened and scanned, labels encoded (first: it
         # refuses NaN in y), the loss resolved, X with no variance or too small a scale refused
-        problem = Problem.open(X, y, backend=LocalBackend(self.n_jobs), loss=self._loss_spec, tol=self.tol,
+        problem = Problem.open(X, y, backend=LocalBackend(self.n_jobs), loss_resolver=self._loss_spec, tol=self.tol,
                                items=False, min_per_class=1)
         self.n_features_in_ = problem.n_features
         check_classification_targets(y)

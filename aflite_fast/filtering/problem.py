@@ -154,16 +154,17 @@ class Problem:
 
     @classmethod
     def open(cls, X, y, *, backend, loss="ce", loss_params=None, tol=1e-4, position_bias=False, column=None,
-             eval_rows=None, items=True, min_per_class=2):
+             eval_rows=None, items=True, min_per_class=2, loss_resolver=None):
         """Open X through ``backend``, encode y, the evaluation rows and the loss (a of the
         module docstring).  ``items=False`` refuses 3-D (multiple-choice) X as
-        :func:`~aflite_fast.io.inputs.open_embeddings` does; ``loss`` may be a callable
-        ``loss(n_classes)`` returning a LossSpec (the estimators' parameters)."""
+        :func:`~aflite_fast.io.inputs.open_embeddings` does; ``loss_resolver(n_classes)``, when
+        given, resolves the loss instead of ``loss`` and ``loss_params`` (the estimators' parameters)."""
         watch = InputWatch([("X", X)])
         X, rows = backend.open(X, column, items=items)
         labels, multiple_choice = problem_labels(X, y, position_bias, min_per_class)
         is_eval = eval_mask(eval_rows, X.shape[0])
-        spec = loss(labels.n_classes) if callable(loss) else resolve_loss(loss, loss_params, labels.n_classes)
+        spec = (resolve_loss(loss, loss_params, labels.n_classes) if loss_resolver is None
+                else loss_resolver(labels.n_classes))
         check_multiple_choice_loss(spec, multiple_choice)
         return cls(X=X, rows=rows, labels=labels, multiple_choice=multiple_choice, loss=spec, is_eval=is_eval,
                    backend=backend, tol=float(tol), position_bias=bool(position_bias) and multiple_choice,

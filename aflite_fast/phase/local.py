@@ -1,13 +1,14 @@
-"""Scores one AFLite phase: partition sampling, blocks of partitions, chunks of rows.
+"""The local backend's phase: blocks of partitions trained, then chunks of rows predicted.
 
-For a phase on the active rows S (sorted row indices) the engine
+For a phase on the active rows S (sorted row indices), given each partition's training
+positions (drawn from its own seed, :mod:`aflite_fast.phase.partitions`, so nothing depends on
+how partitions are blocked), :func:`score_phase`
 
-1. draws each partition's training positions from its own seed (``partition_train_positions``;
-   whole groups of rows when given), so nothing depends on how partitions are blocked;
-2. groups partitions into blocks whose training rows (the union of their training sets)
+1. plans the phase under the memory budget (:class:`_PhasePlan`);
+2. (:func:`_train`) groups partitions into blocks whose training rows (the union of their training sets)
    fit the memory budget, gathers those rows once (sorted reads), and trains the block
    with one kernel call;
-3. streams the active rows once in chunks and predicts them with all partitions' models
+3. (:func:`_predict`) streams the active rows once in chunks and predicts them with all partitions' models
    together, accumulating per row: held-out predictions seen, correct, and the summed
    probability of the label.
 
@@ -19,25 +20,27 @@ So each phase reads X (number of blocks + 1) times at most: each block reads onl
 training rows (a sorted subset of S), the prediction pass reads every active row once.  With
 the default budget and data that fits in memory there is a single block.
 
-Memory (``max_memory``, see :func:`phase_overhead_bytes`): the budget first pays for the
+Memory (``max_memory``, see :func:`aflite_fast.phase.plan.phase_overhead_bytes`): the budget first pays for the
 arrays that grow with the number of rows (the n_active x m membership matrix, per-row
 counts, the caller's per-row arrays, the models); what is left sets the blocks of partitions
-(:func:`training_bytes`) and the prediction chunk size.  Gathers never copy rows in the
+(:func:`aflite_fast.phase.plan.training_bytes`) and the prediction chunk size.  Gathers never copy rows in the
 source dtype beyond :data:`aflite_fast.io.inputs.GATHER_CHUNK_BYTES`.  Anonymous memory therefore
 stays within ``max_memory`` plus a constant (interpreter, libraries, thread stacks, small
 buffers); docs/out_of_core.md has the measurements.
 """
 import time
+from dataclasses import dataclass
+
 import numpy as np
-from aflite_fast.core import layout
-from aflite_fast.core import prediction
-from aflite_fast.core import solver
-from aflite_fast.runtime.memory import parse_memory
-from aflite_fast.io.rows import membership_matrix
+
+from aflite_fast.core import layout, prediction, solver
 from aflite_fast.core.preconditioning import phase_preconditioner, phase_preconditioner_form, preconditioner_chunk_rows
+from aflite_fast.io.rows import membership_matrix
 from aflite_fast.phase.gather import gather, gather_new
-from aflite_fast.phase.plan import check_phase_memory, gather_chunk_bytes, kernel_C, phase_shape, plan_blocks, prediction_row_bytes, training_bytes
+from aflite_fast.phase.plan import (check_phase_memory, gather_chunk_bytes, kernel_C, phase_shape, plan_blocks,
+                                    prediction_row_bytes, training_bytes)
 from aflite_fast.phase.scores import PhaseScores
+from aflite_fast.runtime.memory import parse_memory
 
 
 def score_phase(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="ce",
@@ -68,18 +71,81 @@ def score_phase(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="
     -------
     PhaseScores
     """
-    options = options or solver.SolverOptions()
-    budget = parse_memory(max_memory)
-    n_active = active.size
-    m, t = train_pos.shape
-    G, D, n_out = phase_shape(X, n_classes, position_bias)
-    d = D - 1  # the kernel rows' columns but one (the features, for classification)
-    n_free = 1 if G == 1 else D - X.shape[2]
-    overhead = check_phase_memory(X.shape[0], n_active, m, t, d, n_out, budget, proba_sum is not None)
-    gather_bytes = gather_chunk_bytes(budget)
-    budget -= overhead
-    member = membership_matrix(train_pos, n_active, np.empty((n_active, m), dtype=np.uint8))
-    blocks = plan_blocks(member, budget, d, n_out, options.history, overhead, n_threads, G)
+    plan = _PhasePlan.make(X, active, train_pos, n_classes, options or solver.SolverOptions(), max_memory,
+                           n_threads, position_bias, proba_sum is not None)
+    t0 = time.perf_counter()
+    trained = _train(plan, X, codes, active, center, train_pos, C=C, loss=loss, loss_params=loss_params,
+                     warm_coef=warm_coef, on_block=on_block, workspace=workspace)
+    t1 = time.perf_counter()
+    seen, correct, prob_label, n_chunks, read_predict = _predict(plan, X, codes, active, center, trained,
+                                                                  proba_sum, on_block)
+    t2 = time.perf_counter()
+    return PhaseScores(seen=seen, correct=correct, prob_label=prob_label, coef=trained.coef, n_iter=trained.n_iter,
+                       status=trained.status, n_blocks=len(plan.blocks),
+                       seconds={"train": t1 - t0, "predict": t2 - t1, "read_train": trained.read_seconds,
+                                "read_predict": read_predict, "preconditioner": trained.precond_seconds},
+                       n_chunks=n_chunks, n_eval=trained.n_eval)
+
+
+@dataclass
+class _PhasePlan:
+    """What a phase decides before it reads a row: shapes, the membership matrix, the memory
+    budget left after the per-row arrays, the blocks of partitions."""
+
+    n_active: int
+    n_models: int
+    G: int  # rows of an item (1, or K candidates)
+    D: int  # kernel columns (features + intercept, + position biases)
+    n_out: int  # outputs per row (classes, or one score per candidate)
+    n_free: int  # unpenalised columns
+    options: object
+    n_threads: int
+    position_bias: bool
+    budget: int  # left for the blocks' training and the prediction chunks
+    gather_bytes: int
+    member: np.ndarray  # (n_active, m) uint8: position i trains partition j
+    blocks: list
+
+    @property
+    def d(self):
+        """The kernel rows' columns but one (the features, for classification)."""
+        return self.D - 1
+
+    @classmethod
+    def make(cls, X, active, train_pos, n_classes, options, max_memory, n_threads, position_bias, with_proba):
+        budget = parse_memory(max_memory)
+        n_active = active.size
+        m, t = train_pos.shape
+        G, D, n_out = phase_shape(X, n_classes, position_bias)
+        n_free = 1 if G == 1 else D - X.shape[2]
+        overhead = check_phase_memory(X.shape[0], n_active, m, t, D - 1, n_out, budget, with_proba)
+        gather_bytes = gather_chunk_bytes(budget)
+        budget -= overhead
+        member = membership_matrix(train_pos, n_active, np.empty((n_active, m), dtype=np.uint8))
+        blocks = plan_blocks(member, budget, D - 1, n_out, options.history, overhead, n_threads, G)
+        return cls(n_active, m, G, D, n_out, n_free, options, n_threads, position_bias, budget, gather_bytes,
+                   member, blocks)
+
+
+@dataclass
+class _Trained:
+    """The models of a phase, and the rows the last block gathered (kept for prediction)."""
+
+    coef: np.ndarray
+    n_iter: np.ndarray
+    status: np.ndarray
+    n_eval: np.ndarray
+    read_seconds: float
+    precond_seconds: float
+    rows_in_memory: object = None  # the single block's gathered rows
+    positions_in_memory: object = None  # their positions in the active set
+
+
+def _train(plan, X, codes, active, center, train_pos, *, C, loss, loss_params, warm_coef, on_block, workspace):
+    """Train every block of partitions (step 2 of the module docstring)."""
+    options, n_threads, G, D, n_out = plan.options, plan.n_threads, plan.G, plan.D, plan.n_out
+    m, n_active, member, blocks, budget = plan.n_models, plan.n_active, plan.member, plan.blocks, plan.budget
+    n_classes = n_out if G == 1 else None
     coef = (np.zeros((m, D, n_out)) if warm_coef is None else np.array(warm_coef, dtype=np.float64))
     n_iter = np.zeros(m, dtype=np.int32)
     status = np.zeros(m, dtype=np.int32)
@@ -90,28 +156,26 @@ def score_phase(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="
     # whole groups give the same bits (aflite_fast.phase.dask_backend)
     group_rows = layout.reduction_group_rows(X.shape[0])
     read_seconds = precond_seconds = 0.0
-    t0 = time.perf_counter()
     precond = None
-    precond_form = "none"
     if options.precondition:
-        precond_form = phase_preconditioner_form(n_active * G, d, budget)
+        precond_form = phase_preconditioner_form(n_active * G, plan.d, budget)
 
         def read_sample(rows):
             nonlocal read_seconds
             r0 = time.perf_counter()
-            out = gather(X, rows, center, np.empty((rows.size * G, D), dtype=np.float32), gather_bytes,
-                         position_bias, n_threads)
+            out = gather(X, rows, center, np.empty((rows.size * G, D), dtype=np.float32), plan.gather_bytes,
+                         plan.position_bias, n_threads)
             if G > 1:
                 out = layout.item_centered(out, np.arange(rows.size), G)
             read_seconds += time.perf_counter() - r0
             return out
 
         p0 = time.perf_counter()
-        precond = phase_preconditioner(read_sample, active, d, n_out, Ck, t, n_threads,
-                                       preconditioner_chunk_rows(budget, d), precond_form, G)
+        precond = phase_preconditioner(read_sample, active, plan.d, n_out, Ck, train_pos.shape[1], n_threads,
+                                       preconditioner_chunk_rows(budget, plan.d), precond_form, G)
         precond_seconds = time.perf_counter() - p0
     in_block = np.empty(n_active, dtype=bool)
-    Xa_all = union_all = None
+    trained = _Trained(coef, n_iter, status, n_eval, 0.0, precond_seconds)
     for block in blocks:
         # union of the block's training rows, without an n_active x len(block) copy of member
         in_block[:] = False
@@ -119,7 +183,7 @@ def score_phase(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="
             np.logical_or(in_block, member[:, j], out=in_block)
         union = np.flatnonzero(in_block)
         if (len(blocks) == 1 and union.size >= 0.9 * n_active
-                and training_bytes(n_active, m, d, n_out, options.history, int(member.sum()),
+                and training_bytes(n_active, m, plan.d, n_out, options.history, int(member.sum()),
                                    n_threads, G) <= budget):
             # (nearly) every active row trains some partition: take them all, so the gather is
             # one sequential pass (no row picking) and prediction finds every row gathered.
@@ -131,15 +195,15 @@ def score_phase(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="
         rows = active[union]
         r0 = time.perf_counter()
         if workspace is not None and len(blocks) == 1:
-            Xa = workspace.gather(X, rows, center, gather_bytes, position_bias, n_threads)
+            Xa = workspace.gather(X, rows, center, plan.gather_bytes, plan.position_bias, n_threads)
         else:
-            Xa = gather_new(X, rows, center, gather_bytes, position_bias, n_threads)
+            Xa = gather_new(X, rows, center, plan.gather_bytes, plan.position_bias, n_threads)
         read_seconds += time.perf_counter() - r0
         coef_b = np.ascontiguousarray(coef[block])
         coef_b, info = solver.train_models(
             Xa, codes[rows], bm, n_out, C=Ck, loss=loss, loss_params=loss_params,
             coef=coef_b, positions=union, precond=precond, options=options,
-            n_threads=n_threads, group=G, n_free=n_free, leaves=rows // group_rows)
+            n_threads=n_threads, group=G, n_free=plan.n_free, leaves=rows // group_rows)
         coef[block] = coef_b
         n_iter[block] = info["n_iter"]
         status[block] = info["status"]
@@ -148,21 +212,29 @@ def score_phase(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="
             # one block (the usual case): its rows are nearly all the active rows (with 64
             # partitions at t/N = 0.1 all but 0.9^64 of them); predict those from the rows
             # already gathered instead of reading X again
-            Xa_all, union_all = Xa, union
+            trained.rows_in_memory, trained.positions_in_memory = Xa, union
         del Xa, bm, rows, union, coef_b
         if on_block is not None:
             on_block()
-    del in_block
-    t1 = time.perf_counter()
-    train_read = read_seconds
+    trained.read_seconds = read_seconds
+    return trained
+
+
+def _predict(plan, X, codes, active, center, trained, proba_sum, on_block):
+    """Predict every active row with every model, counting the held-out predictions (step 3);
+    returns (seen, correct, prob_label, prediction chunks, seconds reading X)."""
+    G, n_out, n_threads, n_active, member = plan.G, plan.n_out, plan.n_threads, plan.n_active, plan.member
+    read_seconds = 0.0
     seen = np.zeros(n_active, dtype=np.int32)
     correct = np.zeros(n_active, dtype=np.int32)
     prob_label = np.zeros(n_active, dtype=np.float64)
-    W = prediction.stack_weights(coef)
-    per_row = prediction_row_bytes(d, m, n_out) * G
+    W = prediction.stack_weights(trained.coef)
+    per_row = prediction_row_bytes(plan.d, plan.n_models, n_out) * G
     # positions to predict, in runs: rows of the trained block (already gathered) and the rest;
     # a run of consecutive positions is a slice (no copies of the per-row arrays)
     runs = [(slice(0, n_active), None)]
+    Xa_all, union_all = trained.rows_in_memory, trained.positions_in_memory
+    trained.rows_in_memory = trained.positions_in_memory = None
     if Xa_all is not None:
         if union_all.size == n_active:
             runs = [(slice(0, n_active), Xa_all)]
@@ -170,7 +242,7 @@ def score_phase(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="
             rest = np.ones(n_active, dtype=bool)
             rest[union_all] = False
             runs = [(union_all, Xa_all), (np.flatnonzero(rest), None)]
-    chunk = int(max(16, min(n_active, budget // per_row)))
+    chunk = int(max(16, min(n_active, plan.budget // per_row)))
     n_chunks = 0
     for pos, rows_in_memory in runs:
         size = pos.stop - pos.start if isinstance(pos, slice) else pos.size
@@ -181,13 +253,13 @@ def score_phase(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="
                 Xa = rows_in_memory[s0 * G:(s0 + chunk) * G]
             else:
                 r0 = time.perf_counter()
-                Xa = gather_new(X, active[p], center, gather_bytes, position_bias, n_threads)
+                Xa = gather_new(X, active[p], center, plan.gather_bytes, plan.position_bias, n_threads)
                 read_seconds += time.perf_counter() - r0
             heldout = np.subtract(1, member[p], dtype=np.uint8)
             s_, c_, pl_ = seen[p], correct[p], prob_label[p]
             ps_ = None if proba_sum is None else proba_sum[p]
             prediction.predict_accumulate(Xa, codes[active[p]], heldout, W, n_out, s_, c_, pl_, ps_,
-                                      n_threads, G)
+                                          n_threads, G)
             if not isinstance(p, slice):  # fancy indexing copied: write back
                 seen[p], correct[p], prob_label[p] = s_, c_, pl_
                 if proba_sum is not None:
@@ -196,11 +268,5 @@ def score_phase(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="
             del Xa, heldout
             if on_block is not None:
                 on_block()
-    del Xa_all
-    t2 = time.perf_counter()
-    return PhaseScores(seen=seen, correct=correct, prob_label=prob_label, coef=coef, n_iter=n_iter,
-                       status=status, n_blocks=len(blocks),
-                       seconds={"train": t1 - t0, "predict": t2 - t1, "read_train": train_read,
-                                "read_predict": read_seconds - train_read,
-                                "preconditioner": precond_seconds},
-                       n_chunks=n_chunks, n_eval=n_eval)
+    del Xa_all, runs
+    return seen, correct, prob_label, n_chunks, read_seconds
