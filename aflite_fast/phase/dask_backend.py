@@ -752,9 +752,38 @@ def score_phase_dask(X, codes, active, center, train_pos, *, n_classes, C=1.0, l
     t0 = time.perf_counter()
     held = X.held_rows(center, position_bias)
     member = membership_matrix(train_pos, n_active, np.empty((n_active, m), dtype=np.uint8))
+    actor_futures, cuts = _start_phase_rows(client, X, held, active, member, codes, n_classes, n_threads, moved)
+    phases = [f.result() for f in actor_futures]  # the actors live as long as their futures
+    seconds = {}
+    precond = None
+    if options.precondition:
+        p0 = time.perf_counter()
+        precond = _phase_preconditioner(client, X, held, active, G, D, n_out, Ck, t, budget, moved)
+        seconds["preconditioner"] = time.perf_counter() - p0
+    coef = (np.zeros((m, D, n_out)) if warm_coef is None else np.array(warm_coef, dtype=np.float64))
+    coef, info, rounds = _train(phases, member, coef, precond, D, n_out, Ck, spec, options, n_threads, n_free, moved,
+                                seconds)
+    if on_block is not None:
+        on_block()
+    t1 = time.perf_counter()
+    seen, correct, prob_label = _predict(phases, cuts, coef, n_active, n_out, proba_sum, moved)
+    del phases, actor_futures
+    if on_block is not None:
+        on_block()
+    t2 = time.perf_counter()
+    moved["total"] = sum(moved.values())
+    seconds.update(train=t1 - t0, predict=t2 - t1)
+    return DaskPhaseScores(seen=seen, correct=correct, prob_label=prob_label, coef=coef, n_iter=info["n_iter"],
+                           status=info["status"], n_blocks=1, seconds=seconds, n_chunks=len(cuts),
+                           n_eval=info["n_eval"], bytes_moved=moved, rounds=rounds)
+
+
+def _start_phase_rows(client, X, held, active, member, codes, n_classes, n_threads, moved):
+    """A :class:`_PhaseRows` actor on each worker, over the active rows it holds; returns the
+    actors' futures and each worker's range of active positions ``(a, b, address)``."""
+    m = member.shape[1]
     group_rows = layout.reduction_group_rows(X.shape[0])
-    cuts = []
-    phases = []
+    cuts, futures = [], []
     for (addr, lo, hi, r0, r1, _), h in zip(X.ranges, held):
         a, b = (int(v) for v in np.searchsorted(active, [r0, r1]))
         mask = np.zeros(r1 - r0, dtype=bool)
@@ -762,39 +791,42 @@ def score_phase_dask(X, codes, active, center, train_pos, *, n_classes, C=1.0, l
         inputs = (np.packbits(mask), np.packbits(member[a:b], axis=1), m,
                   _small_codes(codes[active[a:b]], n_classes), a, group_rows)
         moved["phase_inputs"] += sum(v.nbytes for v in inputs if isinstance(v, np.ndarray))
-        phases.append(client.submit(_PhaseRows, h, *inputs, n_threads, workers=[addr], allow_other_workers=False,
-                                    pure=False, actor=True))
+        futures.append(client.submit(_PhaseRows, h, *inputs, n_threads, workers=[addr], allow_other_workers=False,
+                                     pure=False, actor=True))
         cuts.append((a, b, addr))
-    actor_futures = phases  # the actors live as long as their futures
-    phases = [f.result() for f in actor_futures]
-    precond = None
-    seconds = {}
-    if options.precondition:
-        curvature = None if G == 1 else 1.0
-        form = preconditioning.phase_preconditioner_form(n_active * G, D - 1, budget)
+    return futures, cuts
 
-        p0 = time.perf_counter()
-        # built on the worker holding most of the sample's rows: the others send it theirs,
-        # and the preconditioner (D x D at most) comes here; multiple choice samples items
-        # (preconditioning.phase_preconditioner), sent as their item-centred candidate rows
-        sample = active[preconditioning.preconditioner_sample(n_active, -(-D // G), form)]
-        futs, counts = [], []
-        for (addr, lo, hi, r0, r1, _), h in zip(X.ranges, held):
-            a, b = (int(v) for v in np.searchsorted(sample, [r0, r1]))
-            if b > a:
-                futs.append(client.submit(_sample_rows, h, sample[a:b] - r0, workers=[addr], pure=False))
-                counts.append((b - a, addr))
-        if futs:
-            _, home = max(counts)
-            moved["precond_rows"] += sum(c for c, addr in counts if addr != home) * G * D * 4
-            precond = client.submit(_build_preconditioner, n_out, 1.0 / (Ck * t), form, curvature, *futs,
-                                    workers=[home], pure=False).result()
-        else:
-            precond = preconditioning.preconditioner(np.zeros((0, D), np.float32), n_out, 1.0 / (Ck * t), form=form,
-                                            curvature=curvature)
-        moved["precond_rows"] += precond.nbytes
-        seconds["preconditioner"] = time.perf_counter() - p0
-    coef = (np.zeros((m, D, n_out)) if warm_coef is None else np.array(warm_coef, dtype=np.float64))
+
+def _phase_preconditioner(client, X, held, active, G, D, n_out, Ck, t, budget, moved):
+    """The phase's preconditioner (:func:`aflite_fast.core.preconditioning.phase_preconditioner`'s),
+    built on the worker holding most of the sample's rows: the others send it theirs, and the
+    preconditioner (D x D at most) comes here; multiple choice samples items, sent as their
+    item-centred candidate rows."""
+    n_active = active.size
+    curvature = None if G == 1 else 1.0
+    form = preconditioning.phase_preconditioner_form(n_active * G, D - 1, budget)
+    sample = active[preconditioning.preconditioner_sample(n_active, -(-D // G), form)]
+    futs, counts = [], []
+    for (addr, lo, hi, r0, r1, _), h in zip(X.ranges, held):
+        a, b = (int(v) for v in np.searchsorted(sample, [r0, r1]))
+        if b > a:
+            futs.append(client.submit(_sample_rows, h, sample[a:b] - r0, workers=[addr], pure=False))
+            counts.append((b - a, addr))
+    if futs:
+        _, home = max(counts)
+        moved["precond_rows"] += sum(c for c, addr in counts if addr != home) * G * D * 4
+        precond = client.submit(_build_preconditioner, n_out, 1.0 / (Ck * t), form, curvature, *futs,
+                                workers=[home], pure=False).result()
+    else:
+        precond = preconditioning.preconditioner(np.zeros((0, D), np.float32), n_out, 1.0 / (Ck * t), form=form,
+                                                 curvature=curvature)
+    moved["precond_rows"] += precond.nbytes
+    return precond
+
+
+def _train(phases, member, coef, precond, D, n_out, Ck, spec, options, n_threads, n_free, moved, seconds):
+    """The solver here, the sums of every round from the workers' actors, added by the
+    reduction tree (the local pass's bits); returns (coef, info, rounds)."""
     n_workers = len(phases)
     rounds = 0
     round_seconds, compute_seconds = [], []
@@ -819,11 +851,14 @@ def score_phase_dask(X, codes, active, center, train_pos, *, n_classes, C=1.0, l
     coef, info = solver.train_models_with(evaluate, n_rows, D, n_out, C=Ck, loss=spec, coef=coef,
                                           precond=precond, options=options,
                                           n_threads=1 if n_threads is None else int(n_threads), n_free=n_free)
-    if on_block is not None:
-        on_block()
-    t1 = time.perf_counter()
+    seconds.update(rounds=float(np.sum(round_seconds)), rounds_compute=float(np.sum(compute_seconds)))
+    return coef, info, rounds
+
+
+def _predict(phases, cuts, coef, n_active, n_out, proba_sum, moved):
+    """The weights sent to every worker, each worker's held-out counts back: (seen, correct, prob_label)."""
     W = prediction.stack_weights(coef)
-    moved["predict_weights"] = W.nbytes * n_workers
+    moved["predict_weights"] = W.nbytes * len(phases)
     futs = [ph.predict(W, n_out, proba_sum is not None) for ph in phases]
     seen = np.zeros(n_active, dtype=np.int32)
     correct = np.zeros(n_active, dtype=np.int32)
@@ -835,16 +870,7 @@ def score_phase_dask(X, codes, active, center, train_pos, *, n_classes, C=1.0, l
         if proba is not None:
             proba_sum[a:b] += proba
             moved["counts_back"] += proba.nbytes
-    del futs, phases, actor_futures
-    if on_block is not None:
-        on_block()
-    t2 = time.perf_counter()
-    moved["total"] = sum(moved.values())
-    seconds.update(train=t1 - t0, predict=t2 - t1, rounds=float(np.sum(round_seconds)),
-                   rounds_compute=float(np.sum(compute_seconds)))
-    return DaskPhaseScores(seen=seen, correct=correct, prob_label=prob_label, coef=coef, n_iter=info["n_iter"],
-                           status=info["status"], n_blocks=1, seconds=seconds, n_chunks=n_workers,
-                           n_eval=info["n_eval"], bytes_moved=moved, rounds=rounds)
+    return seen, correct, prob_label
 
 
 # ----------------------------------------------------------------------------- CLI helpers
