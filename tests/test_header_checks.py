@@ -4,7 +4,11 @@ a. ``.npy``: a negative dimension, a shape whose size overflows int64 or a non-i
    dimension is a ValueError naming the file (not numpy's OverflowError, nor a NumPy overflow
    warning), as EMB, LABELS and ``--eval-rows`` (exit 2, one line).  Format versions 1.0, 2.0
    and 3.0 are read alike.
+b. safetensors: a negative or reversed ``data_offsets`` (which would read rows out of the
+   header's padding, every later row shifted by one), a negative, fractional or boolean
+   shape, and offsets or shapes that are not lists of integers are refused naming the tensor.
 """
+import json
 import struct
 import warnings
 
@@ -108,3 +112,72 @@ def test_npy_label_file_with_negative_dimension(rows):
     path = write_npy(tmp_path / "y_bad.npy", npy_header("(-200,)", "<i8"), y.tobytes())
     with pytest.raises(ValueError, match="negative"):
         read_labels_file(path)
+
+
+# ----------------------------------------------------------------------------- safetensors
+
+def write_safetensors(path, entry, data, padding=0, key="emb"):
+    header = json.dumps({key: entry}).encode() + b" " * padding
+    path.write_bytes(struct.pack("<Q", len(header)) + header + data)
+    return path
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"data_offsets": [-64, 200 * 4 * 4 - 64]}, "data_offsets"),
+    ({"data_offsets": [64, 0]}, "data_offsets"),
+    ({"data_offsets": [0.0, 3200.0]}, "data_offsets"),
+    ({"data_offsets": [0, 3200, 6400]}, "data_offsets"),
+    ({"data_offsets": "0-3200"}, "data_offsets"),
+    ({"shape": [-200, -4]}, "shape"),
+    ({"shape": [200.7, 4]}, "shape"),
+    ({"shape": [200.0, 4]}, "shape"),
+    ({"shape": [True, 4]}, "shape"),
+    ({"shape": "200x4"}, "shape"),
+    ({"dtype": ["F32"]}, "dtype"),
+])
+def test_safetensors_header_that_lies_is_refused(rows, capsys, change, words):
+    tmp_path, X, y = rows
+    entry = {"dtype": "F32", "shape": [200, 4], "data_offsets": [0, X.nbytes]}
+    entry.update(change)
+    path = write_safetensors(tmp_path / "bad.safetensors", entry, X.tobytes(), padding=64)
+    with pytest.raises(ValueError, match=words) as info:
+        open_embeddings(str(path))
+    assert "'emb'" in str(info.value)
+    assert _filter(tmp_path, path, tmp_path / "y.npy") == 2
+    assert words in _one_line(capsys)
+
+
+def test_safetensors_negative_offset_into_padding_is_refused(rows, capsys):
+    """The header's 64 bytes of padding would be read as row 0 and every later row shifted."""
+    tmp_path, X, _ = rows
+    n = X.shape[0]
+    entry = {"dtype": "F32", "shape": [n, 4], "data_offsets": [-16, X.nbytes - 16]}
+    path = write_safetensors(tmp_path / "shifted.safetensors", entry, X.tobytes(), padding=64)
+    with pytest.raises(ValueError, match=r"data_offsets \[-16, \d+\]"):
+        open_embeddings(str(path))
+    assert _filter(tmp_path, path, tmp_path / "y.npy") == 2
+    _one_line(capsys)
+
+
+def test_safetensors_entry_that_is_not_an_object(rows):
+    tmp_path, X, _ = rows
+    path = write_safetensors(tmp_path / "list.safetensors", ["F32", [200, 4], [0, X.nbytes]], X.tobytes())
+    with pytest.raises(ValueError, match="'emb'"):
+        open_embeddings(str(path))
+
+
+def test_safetensors_duplicate_key_is_refused(rows):
+    tmp_path, X, _ = rows
+    entry = json.dumps({"dtype": "F32", "shape": [200, 4], "data_offsets": [0, X.nbytes]})
+    header = f'{{"emb": {entry}, "emb": {entry}}}'.encode()
+    path = tmp_path / "dup.safetensors"
+    path.write_bytes(struct.pack("<Q", len(header)) + header + X.tobytes())
+    with pytest.raises(ValueError, match="more than once"):
+        open_embeddings(str(path))
+
+
+def test_safetensors_well_formed_with_padding_reads_the_rows(rows):
+    tmp_path, X, _ = rows
+    entry = {"dtype": "F32", "shape": [200, 4], "data_offsets": [0, X.nbytes]}
+    path = write_safetensors(tmp_path / "good.safetensors", entry, X.tobytes(), padding=64)
+    assert np.asarray(open_embeddings(str(path))[:]).tobytes() == X.tobytes()
