@@ -704,13 +704,13 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
 def filter_on_cluster(scheduler, X, y, *, chunk_rows=None, **aflite_kwargs):
     """:func:`aflite` with ``backend="dask"`` on the cluster at ``scheduler``.
 
-    Connects (:func:`aflite_fast.distributed.connect`: an address, a scheduler file or
-    ``"local"`` / ``"local:N"``), puts X on the cluster (a ``.npy`` path, a list of ``.npy``
+    Connects (:func:`aflite_fast.distributed.connect_scheduler`: an address, a scheduler file
+    or ``"local"`` / ``"local:N"``; refused within its timeout when no dask scheduler answers), puts X on the cluster (a ``.npy`` path, a list of ``.npy``
     shards, a ``.zarr`` path, an ndarray or a dask array), runs the loop and returns its
     AFLiteResult.  The client is closed afterwards, also after an error.
     """
     from . import distributed
-    client = distributed.connect(scheduler)
+    client = distributed.connect_scheduler(scheduler)
     try:
         Xd = distributed.DaskEmbeddings(X, client, chunk_rows=chunk_rows)
         return aflite(Xd, y, backend="dask", **aflite_kwargs)

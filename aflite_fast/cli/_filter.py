@@ -7,7 +7,7 @@ import warnings
 from .._loss_names import LOSS_NAMES
 from .._mode_names import NULL_MODES, REMOVE_MODES, STOP_RULES, TIE_BREAKS
 from .._version import __version__
-from ._args import HelpFormatter, add_flag, cap_threads, memory_size, positive_int
+from ._args import HelpFormatter, add_flag, cap_threads, memory_size, positive_int, positive_seconds
 
 #: Files the command writes into --out, switched in together (aflite_fast.io.atomic).
 OUTPUT_NAMES = ("keep.npy", "scores.npy", "report.json")
@@ -151,6 +151,9 @@ def add_parser(subparsers):
                         "not depend on it")
     p.add_argument("--scheduler", default=None, metavar="ADDRESS",
                    help="run on a Dask cluster (e.g. tcp://host:8786); needs dask (pip install '.[dask]' in a clone)")
+    p.add_argument("--scheduler-timeout", type=positive_seconds, default=None, metavar="SECONDS",
+                   help="seconds the --scheduler has to answer as a Dask scheduler before the run is "
+                        "refused (default: 10)")
     add_groups_arguments(p, "group id per row (.npy/.npz, or text read as LABELS is, see below): every "
                             "model trains on whole groups, so rows of a group are never split between "
                             "training and held out")
@@ -309,9 +312,9 @@ def run(args):
         params["position_bias"] = args.position_bias
     extra = {}
     if args.scheduler:
-        from ..distributed import close_client, connect  # needs the optional dask
+        from ..distributed import close_client, connect_scheduler  # needs the optional dask
 
-        extra = dict(backend="dask", client=connect(args.scheduler))
+        extra = dict(backend="dask", client=connect_scheduler(args.scheduler, args.scheduler_timeout))
     try:
         # Entered before the first phase: an unwritable or busy --out fails now, not at the end.
         with OutputSet(args.out, OUTPUT_NAMES + ((PLOT_NAME,) if args.plot else ()), label="--out",
