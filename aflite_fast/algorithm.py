@@ -18,7 +18,6 @@ the observed count does not exceed that (see :mod:`aflite_fast.null`).
 import numbers
 import os
 import time
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import List, Optional
 
@@ -131,6 +130,10 @@ class AFLiteResult:
     chance : ChanceCheck or None
         Phase 0's rows at or above tau against label permutations (:mod:`aflite_fast.chance`);
         None with ``chance_check=False``.
+    fingerprint : str or None
+        SHA-256 fingerprint of X's content (64 hex digits, :class:`aflite_fast.io.fingerprint.
+        ContentHash`): the same for the same values in any format, byte order or chunking, so
+        that what was filtered can be recognised later (``aflite-fast evaluate`` compares it).
     """
 
     keep: np.ndarray
@@ -144,6 +147,7 @@ class AFLiteResult:
     removed_per_class: np.ndarray = None
     resumed_from: int = 0
     chance: Optional[ChanceCheck] = None
+    fingerprint: Optional[str] = None
 
     @property
     def keep_mask(self):
@@ -554,11 +558,12 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
         _, D, n_out = engine.phase_shape(X, labels.n_classes, position_bias)
         engine.check_phase_memory(n_rows, n_rows, settings.n_partitions, settings.train_rows(n_rows),
                                   D - 1, n_out, budget)
-    # a checkpoint needs the fingerprint of every row, which the scan computes as it reads them
-    # the rows scanned: (N, d), or the (N x K, d) candidate rows of multiple choice
+    # the fingerprint of every row (the result records it, a checkpoint checks it), computed by
+    # the scan as it reads them; the rows scanned: (N, d), or the (N x K, d) candidate rows of multiple choice
     row_shape = (int(np.prod(X.shape[:-1])), n_features)
-    with ContentHash(row_shape, X.dtype, n_threads) if store is not None else nullcontext() as content:
+    with ContentHash(row_shape, X.dtype, n_threads) as content:  # the result records it; a checkpoint needs it
         center = scan(X_rows, fingerprint=content).astype(np.float32)
+    fingerprint = content.hexdigest()
     if backend == "local":
         check_scale(X_rows, center, tol)  # no variance, or too small a scale: refused (aflite_fast.degenerate)
     watch.check()
@@ -568,7 +573,7 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
                                             is_eval, eval_only_score,
                                             position_bias if multiple_choice else None, tie_break),
                             data_fingerprint(X, labels.codes, labels.classes, group_codes,
-                                             content=content.hexdigest()),
+                                             content=fingerprint),
                             x_source=f"X ({describe(watch.files)})")
     if state is None:
         state = LoopState(phase=0, active=np.arange(n_rows, dtype=np.int64), removed=np.empty(0, dtype=np.int64),
@@ -698,7 +703,7 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
         history=history, classes=labels.classes, stop_reason=stop_reason,
         kept_per_class=np.bincount(labels.codes[active], minlength=labels.n_classes).astype(np.int64),
         removed_per_class=np.bincount(labels.codes[removed], minlength=labels.n_classes).astype(np.int64),
-        resumed_from=resumed_from, chance=chance)
+        resumed_from=resumed_from, chance=chance, fingerprint=fingerprint)
 
 
 def filter_on_cluster(scheduler, X, y, *, chunk_rows=None, **aflite_kwargs):

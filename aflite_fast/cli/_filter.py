@@ -265,6 +265,7 @@ def run(args):
     from ..io.watch import InputWatch
     from .._solver_status import NOT_CONVERGED_MESSAGE, total_status
     from ..chance import ChanceWarning, chance_line
+    from ..io.fingerprint import labels_digest
 
     prog = "aflite-fast filter"
     start = time.perf_counter()
@@ -339,6 +340,7 @@ def run(args):
                 "labels_column": args.labels_column, "labels_header": args.labels_header,
                 "transition": None if args.transition is None else os.path.abspath(args.transition),
                 "n_rows": int(n_rows), "n_features": int(X.shape[-1]), "dtype": str(X.dtype),
+                "x_sha256": result.fingerprint, "labels_sha256": labels_digest(y),
                 "n_candidates": int(X.shape[1]) if X.ndim == 3 else None,
                 "n_classes": int(len(result.classes)),
                 "parameters": params,
