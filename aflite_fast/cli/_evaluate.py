@@ -124,12 +124,13 @@ def run(args):
     from ..io.labelfile import read_labels_file
     from ..io.watch import InputWatch
     from ..report import REPORT_JSON, REPORT_PNG, draw_report, read_report, require_matplotlib
-    from ._filter import _read_groups
+    from ._filter import _read_groups, resolve_labels
 
     prog = "aflite-fast evaluate"
     out_dir = os.fspath(args.dir)
     if not os.path.isdir(out_dir):
         raise ValueError(f"DIR {out_dir!r} is not a directory")
+    resolve_labels(args)
     watch = InputWatch([("EMB", args.embeddings), ("LABELS", args.labels), ("--groups", args.groups),
                         ("--features", args.features)])
     X = open_embeddings(args.embeddings, args.column)

@@ -68,7 +68,8 @@ Blank lines are an error, except at the end. If every label is a number they are
 numbers, so 1, 1.0 and 01 are one class; otherwise labels are compared as written.
 --groups FILE follows the same rules, with --groups-column and --groups-header.
 LABELS (and --groups) may also be a table (Arrow, Hugging Face dataset, Parquet), EMB's own
-included: --labels-column NAME (--groups-column NAME) names its column.
+included: --labels-column NAME (--groups-column NAME) names its column. When EMB is the table
+holding the labels, LABELS may be left out: --labels-column NAME alone reads them from EMB.
 """
 
 
@@ -90,7 +91,9 @@ def add_input_arguments(p, labels_help="labels: .npy/.npz, or text/CSV (see belo
                    help="embeddings: EMB.npy, EMB.npz[:KEY], a directory or glob of .npy shards, "
                         "EMB.safetensors[:KEY], a Hugging Face dataset saved with save_to_disk or an "
                         ".arrow file, a .parquet file or directory (docs/formats.md)")
-    p.add_argument("labels", metavar="LABELS", help=labels_help)
+    p.add_argument("labels", metavar="LABELS", nargs="?", default=None,
+                   help=f"{labels_help}; may be left out when EMB is a table holding the labels: "
+                        "--labels-column NAME then reads them from EMB")
     p.add_argument("--column", default=None, metavar="NAME",
                    help="the embedding column of a table EMB (Arrow, Hugging Face dataset, Parquet); "
                         "needed when it has several list columns")
@@ -100,6 +103,23 @@ def add_input_arguments(p, labels_help="labels: .npy/.npz, or text/CSV (see belo
                         "EMB itself)")
     p.add_argument("--labels-header", action="store_true",
                    help="the first line of the labels file names its columns")
+
+
+def resolve_labels(args):
+    """``args.labels``, set to EMB when LABELS was left out and ``--labels-column`` names a
+    column of the table EMB; ValueError saying what to give otherwise."""
+    if args.labels is not None:
+        return args.labels
+    from ..io.formats import is_table
+
+    if args.labels_column is None:
+        raise ValueError("LABELS is missing: give a labels file, or --labels-column NAME to read the labels "
+                         "from a column of the table EMB")
+    if not is_table(args.embeddings):
+        raise ValueError(f"LABELS is missing and EMB {args.embeddings!r} is not a table (Arrow, Hugging Face "
+                         "dataset, Parquet) whose --labels-column could hold them: give LABELS")
+    args.labels = args.embeddings
+    return args.labels
 
 
 def add_model_arguments(p):
@@ -270,6 +290,7 @@ def run(args):
     prog = "aflite-fast filter"
     start = time.perf_counter()
     # checked again before the outputs are committed (the run checks EMB at every phase too)
+    resolve_labels(args)
     watch = InputWatch([("EMB", args.embeddings), ("LABELS", args.labels), ("--groups", args.groups),
                         ("--transition", args.transition), ("--eval-rows", args.eval_rows),
                         ("--features", args.features)])

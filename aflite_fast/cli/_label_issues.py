@@ -86,6 +86,7 @@ def run(args):
     from ..io.atomic import write_file_atomically
     from ..io.labelfile import read_labels_file
     from ..label_issues import filter_label_issues
+    from ._filter import resolve_labels
 
     prog = "aflite-fast label-issues"
     start = time.perf_counter()
@@ -97,7 +98,7 @@ def run(args):
     if args.n_issues is not None and args.method != "self-confidence":
         raise ValueError("--n-issues applies to --method self-confidence only")
     X = open_embeddings(args.embeddings, args.column)
-    y = read_labels_file(args.labels, column=args.labels_column, header=args.labels_header)
+    y = read_labels_file(resolve_labels(args), column=args.labels_column, header=args.labels_header)
     result = filter_label_issues(
         X, y, method=METHODS[args.method], threshold=args.threshold, n_issues=args.n_issues, cv=args.cv,
         C=args.C, max_memory=args.max_memory, random_state=args.seed,

@@ -1,0 +1,84 @@
+"""Inputs and messages of the command line and the API entry points.
+
+a. A table EMB holding the labels needs no LABELS argument: ``--labels-column NAME`` alone
+   reads them from EMB (``filter``, ``oof``, ``label-issues``, ``evaluate``), with the results
+   of naming the table twice.  Without either, one line says what to give.
+b. ``predictability(progress=True)`` shows a progress bar, as ``aflite`` does; the scores do
+   not depend on it.
+c. Messages say what to do, in the flags the user typed: a 0/1 integer ``--eval-rows`` mask
+   (use a boolean mask), negative ``--eval-rows`` indices (refused: indices count from 0), a
+   multiple-choice label out of range (the number, not its NumPy repr), ``--threshold`` with
+   ``--n-issues``, ``--n-issues 0``, ``--train-size 1e3``, the train-size bound with
+   ``--eval-rows`` (the rows left to train on, said so), a Fortran-ordered 3-D ``.npy`` (how
+   to save it), the progress bar's row counts (whole numbers, not ``1e+4``), ``demo --help``
+   (plain text) and ``aflite-fast --help`` (filter reads every format).
+"""
+import numpy as np
+import pytest
+
+from aflite_fast import aflite, predictability
+from aflite_fast.cli import main
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+
+
+@pytest.fixture
+def data(tmp_path, seed):
+    rng = np.random.default_rng([seed, 3608])
+    X = rng.standard_normal((300, 4)).astype(np.float32)
+    y = (X[:, 0] + 0.5 * rng.standard_normal(300) > 0).astype(np.int64)
+    np.save(tmp_path / "X.npy", X)
+    np.save(tmp_path / "y.npy", y)
+    table = pa.table({"emb": pa.array(list(X), type=pa.list_(pa.float32())), "label": y})
+    pq.write_table(table, tmp_path / "t.parquet")
+    return tmp_path, X, y
+
+
+def _one_line(capsys, prog="filter"):
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"aflite-fast {prog}: error: ") and "Traceback" not in lines[0], lines[0]
+    return lines[0]
+
+
+FILTER = ["--target-size", "250", "--train-size", "0.5", "--n-partitions", "4", "--slice-size", "20",
+          "--n-jobs", "1", "--no-chance-check", "--quiet"]
+
+
+# ----------------------------------------------------------------------------- a. LABELS from EMB
+
+def test_labels_column_alone_reads_the_labels_from_the_table(data, capsys):
+    tmp_path, X, y = data
+    table = str(tmp_path / "t.parquet")
+    assert main(["filter", table, table, "--column", "emb", "--labels-column", "label", "--out",
+                 str(tmp_path / "twice"), *FILTER]) == 0
+    assert main(["filter", table, "--column", "emb", "--labels-column", "label", "--out",
+                 str(tmp_path / "once"), *FILTER]) == 0
+    np.testing.assert_array_equal(np.load(tmp_path / "once" / "keep.npy"), np.load(tmp_path / "twice" / "keep.npy"))
+    for command, out in (("oof", "p1.npy"), ("label-issues", "issues.npy")):
+        assert main([command, table, table, "--column", "emb", "--labels-column", "label", "--out",
+                     str(tmp_path / f"twice-{out}"), "--quiet"]) == 0
+        assert main([command, table, "--column", "emb", "--labels-column", "label", "--out",
+                     str(tmp_path / out), "--quiet"]) == 0
+        np.testing.assert_array_equal(np.load(tmp_path / out), np.load(tmp_path / f"twice-{out}"))
+    assert main(["evaluate", str(tmp_path / "once"), table, "--column", "emb", "--labels-column", "label",
+                 "--cv", "2", "--n-random", "1", "--quiet"]) == 0
+
+
+def test_missing_labels_is_one_line_saying_what_to_give(data, capsys):
+    tmp_path, X, y = data
+    assert main(["filter", str(tmp_path / "t.parquet"), "--column", "emb", "--out", str(tmp_path / "o"),
+                 *FILTER]) == 2
+    line = _one_line(capsys)
+    assert "LABELS" in line and "--labels-column" in line
+    assert main(["filter", str(tmp_path / "X.npy"), "--labels-column", "label", "--out", str(tmp_path / "o"),
+                 *FILTER]) == 2
+    line = _one_line(capsys)
+    assert "LABELS" in line and "not a table" in line
+    assert not (tmp_path / "o").exists()
+
+
+# ----------------------------------------------------------------------------- b. predictability's bar
+
+# ----------------------------------------------------------------------------- c. messages
