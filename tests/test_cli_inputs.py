@@ -81,4 +81,15 @@ def test_missing_labels_is_one_line_saying_what_to_give(data, capsys):
 
 # ----------------------------------------------------------------------------- b. predictability's bar
 
+def test_predictability_has_a_progress_bar(data, capsys):
+    tmp_path, X, y = data
+    quiet = predictability(X, y, n_partitions=4, train_size=0.5, random_state=0, n_jobs=1)
+    capsys.readouterr()
+    shown = predictability(X, y, n_partitions=4, train_size=0.5, random_state=0, n_jobs=1, progress=True)
+    err = capsys.readouterr().err
+    assert "predictability" in err and "300" in err
+    np.testing.assert_array_equal(shown.scores, quiet.scores)
+    np.testing.assert_array_equal(shown.prob_label, quiet.prob_label)
+
+
 # ----------------------------------------------------------------------------- c. messages
