@@ -93,3 +93,22 @@ def test_predictability_has_a_progress_bar(data, capsys):
 
 
 # ----------------------------------------------------------------------------- c. messages
+
+def test_a_zero_one_eval_rows_array_is_called_a_mask(data, capsys):
+    tmp_path, X, y = data
+    np.save(tmp_path / "mask01.npy", (np.arange(300) % 3 == 0).astype(np.int64))
+    assert main(["filter", str(tmp_path / "X.npy"), str(tmp_path / "y.npy"), "--out", str(tmp_path / "o"),
+                 "--eval-rows", str(tmp_path / "mask01.npy"), *FILTER]) == 2
+    line = _one_line(capsys)
+    assert "--eval-rows" in line and "mask" in line and "astype(bool)" in line, line
+
+
+def test_negative_eval_rows_are_refused(data, capsys):
+    tmp_path, X, y = data
+    (tmp_path / "rows.txt").write_text("5\n-1\n7\n")
+    assert main(["filter", str(tmp_path / "X.npy"), str(tmp_path / "y.npy"), "--out", str(tmp_path / "o"),
+                 "--eval-rows", str(tmp_path / "rows.txt"), *FILTER]) == 2
+    line = _one_line(capsys)
+    assert "--eval-rows" in line and "-1" in line and "from 0" in line, line
+    with pytest.raises(ValueError, match="negative index -1"):
+        aflite(X, y, target_size=250, train_size=0.5, n_partitions=4, eval_rows=[5, -1], progress=False)
