@@ -112,3 +112,13 @@ def test_negative_eval_rows_are_refused(data, capsys):
     assert "--eval-rows" in line and "-1" in line and "from 0" in line, line
     with pytest.raises(ValueError, match="negative index -1"):
         aflite(X, y, target_size=250, train_size=0.5, n_partitions=4, eval_rows=[5, -1], progress=False)
+
+
+def test_multiple_choice_label_out_of_range_is_a_plain_number(tmp_path, capsys):
+    rng = np.random.default_rng(3)
+    np.save(tmp_path / "mc.npy", rng.standard_normal((60, 4, 3)).astype(np.float32))
+    np.save(tmp_path / "y.npy", np.r_[np.zeros(59, dtype=np.int64), 4])
+    assert main(["filter", str(tmp_path / "mc.npy"), str(tmp_path / "y.npy"), "--out", str(tmp_path / "o"),
+                 "--target-size", "40", "--train-size", "0.5", "--quiet"]) == 2
+    line = _one_line(capsys)
+    assert "holds 4," in line and "np.int64" not in line, line
