@@ -122,3 +122,16 @@ def test_multiple_choice_label_out_of_range_is_a_plain_number(tmp_path, capsys):
                  "--target-size", "40", "--train-size", "0.5", "--quiet"]) == 2
     line = _one_line(capsys)
     assert "holds 4," in line and "np.int64" not in line, line
+
+
+def test_label_issues_threshold_and_n_issues(data, capsys):
+    tmp_path, X, y = data
+    base = ["label-issues", str(tmp_path / "X.npy"), str(tmp_path / "y.npy"), "--out", str(tmp_path / "i.npy"),
+            "--quiet"]
+    assert main([*base, "--threshold", "0.3", "--n-issues", "5"]) == 2
+    line = _one_line(capsys, "label-issues")
+    assert "--threshold" in line and "--n-issues" in line, line
+    assert main([*base, "--n-issues", "0"]) == 0  # the range the messages give, [0, N], is the flag's
+    assert np.load(tmp_path / "i.npy").size == 0
+    assert main([*base, "--n-issues", "301"]) == 2
+    assert "[0, 300]" in _one_line(capsys, "label-issues")

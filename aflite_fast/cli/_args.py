@@ -51,6 +51,17 @@ def positive_int(text):
     return value
 
 
+def non_negative_int(text):
+    """argparse type: an integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
+    return value
+
+
 def positive_seconds(text):
     """argparse type: a number of seconds > 0 (finite)."""
     try:
