@@ -135,3 +135,14 @@ def test_label_issues_threshold_and_n_issues(data, capsys):
     assert np.load(tmp_path / "i.npy").size == 0
     assert main([*base, "--n-issues", "301"]) == 2
     assert "[0, 300]" in _one_line(capsys, "label-issues")
+
+
+@pytest.mark.parametrize("value, words", [("1e3", "1000"), ("2.0", "2"), ("1.5", "(0, 1)"), ("ten", "(0, 1)")])
+def test_train_size_that_is_neither_rows_nor_fraction(data, capsys, value, words):
+    tmp_path, X, y = data
+    argv = ["filter", str(tmp_path / "X.npy"), str(tmp_path / "y.npy"), "--out", str(tmp_path / "o"),
+            "--target-size", "250", "--train-size", value, "--quiet"]
+    assert main(argv) == 2
+    line = _one_line(capsys)
+    assert "--train-size" in line and repr(value) in line and words in line, line
+    assert "train_size_arg" not in line

@@ -74,14 +74,24 @@ holding the labels, LABELS may be left out: --labels-column NAME alone reads the
 
 
 def train_size_arg(text):
-    """An int (rows) or a float in (0, 1) (fraction of the active rows)."""
+    """An int (rows) or a float in (0, 1) (fraction of the active rows); a whole number written
+    as a float (``1e3``, ``2.0``) is refused with the integer to write instead."""
+    import argparse
+
     try:
         return int(text)
     except ValueError:
-        try:
-            return float(text)
-        except ValueError:
-            raise ValueError(f"--train-size must be an integer or a fraction, got {text!r}") from None
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if 0 < value < 1:
+        return value
+    if value >= 1 and value.is_integer():
+        raise argparse.ArgumentTypeError(f"{text!r} is neither a whole number of rows (write {int(value)}) nor a "
+                                         "fraction in (0, 1)")
+    raise argparse.ArgumentTypeError(f"must be a whole number of rows or a fraction in (0, 1), got {text!r}")
 
 
 def add_input_arguments(p, labels_help="labels: .npy/.npz, or text/CSV (see below)"):
