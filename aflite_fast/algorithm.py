@@ -182,7 +182,7 @@ def _check_int(name, value, low, high=None):
     return int(value)
 
 
-def validate_settings(n_rows, *, target_size, n_partitions, train_size, slice_size, tau, C):
+def validate_settings(n_rows, *, target_size, n_partitions, train_size, slice_size, tau, C, n_eval=0):
     """Check the hyperparameters against the data size; raise ValueError naming the problem."""
     target_size = _check_int("target_size", target_size, 0)
     n_partitions = _check_int("n_partitions", n_partitions, 1)
@@ -193,17 +193,21 @@ def validate_settings(n_rows, *, target_size, n_partitions, train_size, slice_si
         raise ValueError(f"C must be a positive number, got {C!r}")
     if isinstance(train_size, bool) or not isinstance(train_size, numbers.Real):
         raise ValueError(f"train_size must be an int or a fraction in (0, 1), got {train_size!r}")
+    # with evaluation rows, n_rows counts the rows left to train on: say so
+    rows = (f"{n_rows} rows" if not n_eval else
+            f"the {n_rows} rows to train on ({n_rows + n_eval} rows less the {n_eval} of eval_rows)")
     if isinstance(train_size, numbers.Integral):
         if train_size < 1:
             raise ValueError(f"train_size must be >= 1, got {train_size}")
         if train_size >= n_rows:
-            raise ValueError(f"train_size ({train_size}) must be smaller than the number of rows ({n_rows}): "
-                             "every partition needs held-out rows")
+            bound = f"the number of rows ({n_rows})" if not n_eval else rows
+            raise ValueError(f"train_size ({train_size}) must be smaller than {bound}: every partition needs "
+                             "held-out rows")
         train_size = int(train_size)
     elif not 0.0 < train_size < 1.0:
         raise ValueError(f"a fractional train_size must be in (0, 1), got {train_size}")
     elif int(round(train_size * n_rows)) >= n_rows:
-        raise ValueError(f"train_size={train_size} of {n_rows} rows leaves no held-out rows")
+        raise ValueError(f"train_size={train_size} of {rows} leaves no held-out rows")
     return _Settings(n_rows, target_size, n_partitions, train_size, slice_size, float(tau), float(C))
 
 
@@ -532,7 +536,8 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
         raise ValueError("eval_only_score=True needs eval_rows")
     n_trainable = n_rows if is_eval is None else n_rows - int(is_eval.sum())
     settings = validate_settings(n_trainable, target_size=target_size, n_partitions=n_partitions,
-                                 train_size=train_size, slice_size=slice_size, tau=tau, C=C)
+                                 train_size=train_size, slice_size=slice_size, tau=tau, C=C,
+                                 n_eval=n_rows - n_trainable)
     # rows the loop may remove (eval_only_score: the evaluation rows stay)
     removable_count = ((lambda act: act.size) if not eval_only_score
                        else (lambda act: act.size - int(np.count_nonzero(is_eval[act]))))

@@ -90,7 +90,7 @@ def predictability(X, y, *, n_partitions=64, train_size, C=1.0, loss="ce", loss_
     is_eval = eval_mask(eval_rows, n_rows)
     n_trainable = n_rows if is_eval is None else n_rows - int(is_eval.sum())
     settings = validate_settings(n_trainable, target_size=0, n_partitions=n_partitions,
-                                 train_size=train_size, slice_size=1, tau=0.5, C=C)
+                                 train_size=train_size, slice_size=1, tau=0.5, C=C, n_eval=n_rows - n_trainable)
     n_null = check_null_args(null, n_null, "paper")
     spec = resolve_loss(loss, loss_params, labels.n_classes)
     check_multiple_choice_loss(spec, multiple_choice)

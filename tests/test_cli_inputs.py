@@ -146,3 +146,13 @@ def test_train_size_that_is_neither_rows_nor_fraction(data, capsys, value, words
     line = _one_line(capsys)
     assert "--train-size" in line and repr(value) in line and words in line, line
     assert "train_size_arg" not in line
+
+
+def test_train_size_bound_with_eval_rows_says_which_rows(data, capsys):
+    tmp_path, X, y = data
+    np.save(tmp_path / "ev.npy", np.arange(200))
+    argv = ["filter", str(tmp_path / "X.npy"), str(tmp_path / "y.npy"), "--out", str(tmp_path / "o"),
+            "--target-size", "250", "--train-size", "150", "--eval-rows", str(tmp_path / "ev.npy"), "--quiet"]
+    assert main(argv) == 2
+    line = _one_line(capsys)
+    assert "100" in line and "300 rows less the 200" in line and "--eval-rows" in line, line
