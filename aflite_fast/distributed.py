@@ -38,7 +38,8 @@ from ._memory import parse_memory
 from .multiple_choice import candidate_rows, is_multiple_choice, tail_columns
 from .io.arrayfile import open_array_file
 from ._rows import membership_matrix
-from .data import GATHER_CHUNK_BYTES, check_dtype, gather_rows, scan_block, scan_chunk_rows
+from .data import (GATHER_CHUNK_BYTES, check_dtype, gather_rows, multiple_choice_order_message, scan_block,
+                   scan_chunk_rows)
 from .io.fingerprint import block_digests
 from .io.rowsource import FileRows, RowSource
 from .losses import resolve_loss
@@ -248,7 +249,7 @@ def candidate_rows_of(X):
     if isinstance(X, np.ndarray):
         if not X.flags.c_contiguous:
             if isinstance(X, np.memmap):
-                raise ValueError("a multiple-choice memory map must be C-ordered (items, candidates, features)")
+                raise ValueError(multiple_choice_order_message(X))
             X = np.ascontiguousarray(X)
         return X.reshape(n * K, d), K
     raise ValueError(f"{MC_SOURCES}; got {type(X).__name__}")

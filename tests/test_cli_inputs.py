@@ -156,3 +156,14 @@ def test_train_size_bound_with_eval_rows_says_which_rows(data, capsys):
     assert main(argv) == 2
     line = _one_line(capsys)
     assert "100" in line and "300 rows less the 200" in line and "--eval-rows" in line, line
+
+
+def test_fortran_ordered_multiple_choice_npy(tmp_path, capsys):
+    rng = np.random.default_rng(4)
+    X = rng.standard_normal((60, 3, 4)).astype(np.float32)
+    np.save(tmp_path / "f.npy", np.asfortranarray(X))
+    np.save(tmp_path / "y.npy", rng.integers(0, 3, 60))
+    assert main(["filter", str(tmp_path / "f.npy"), str(tmp_path / "y.npy"), "--out", str(tmp_path / "o"),
+                 "--target-size", "40", "--train-size", "0.5", "--quiet"]) == 2
+    line = _one_line(capsys)
+    assert "f.npy" in line and "Fortran" in line and "np.ascontiguousarray" in line and "--C" not in line, line
