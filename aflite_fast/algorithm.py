@@ -678,8 +678,9 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
                 **null_record))
             active = active[keep_pos]
             bar.update(int(chosen.size))
-            bar.set_postfix(phase=phase, active=int(active.size), above_tau=int(n_eligible),
-                            **({} if null is None else {"null": round(summary.mean, 1)}))
+            # strings: tqdm would print a round number of rows as 1e+4
+            bar.set_postfix(phase=str(phase), active=str(active.size), above_tau=str(n_eligible),
+                            **({} if null is None else {"null": f"{summary.mean:.1f}"}))
             phase += 1
             if by_chance:
                 ended = (f"the {n_eligible} rows at or above tau={settings.tau} do not exceed the permutation "

@@ -167,3 +167,13 @@ def test_fortran_ordered_multiple_choice_npy(tmp_path, capsys):
                  "--target-size", "40", "--train-size", "0.5", "--quiet"]) == 2
     line = _one_line(capsys)
     assert "f.npy" in line and "Fortran" in line and "np.ascontiguousarray" in line and "--C" not in line, line
+
+
+def test_progress_bar_counts_are_whole_numbers(tmp_path, capsys):
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((10_001, 2)).astype(np.float32)
+    y = (X[:, 0] > 0).astype(np.int64)
+    aflite(X, y, target_size=10_000, train_size=0.5, n_partitions=2, slice_size=1, n_jobs=1, chance_check=False,
+           progress=True)
+    err = capsys.readouterr().err
+    assert "active=10000" in err and "e+" not in err, err[-400:]
