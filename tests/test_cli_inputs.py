@@ -177,3 +177,15 @@ def test_progress_bar_counts_are_whole_numbers(tmp_path, capsys):
            progress=True)
     err = capsys.readouterr().err
     assert "active=10000" in err and "e+" not in err, err[-400:]
+
+
+def test_help_texts(capsys):
+    with pytest.raises(SystemExit):
+        main(["demo", "--help"])
+    text = capsys.readouterr().out
+    assert "``" not in text and ":mod:" not in text and "before/after" in text
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = capsys.readouterr().out
+    line = next(line for line in text.splitlines() if line.strip().startswith("filter"))
+    assert "(.npy)" not in line and "AFLite" in line

@@ -153,7 +153,8 @@ def add_groups_arguments(p, help):
 
 def add_parser(subparsers):
     p = subparsers.add_parser(
-        "filter", help="filter an embedding file (.npy) with AFLite", description=_DESCRIPTION,
+        "filter", help="filter embeddings with AFLite (.npy/.npz, shards, safetensors, Arrow, Parquet)",
+        description=_DESCRIPTION,
         epilog=_EPILOG, formatter_class=HelpFormatter)
     add_input_arguments(p)
     p.add_argument("--out", required=True, metavar="DIR", help="output directory (created)")
