@@ -51,6 +51,28 @@ def positive_int(text):
     return value
 
 
+def non_negative_int(text):
+    """argparse type: an integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
+    return value
+
+
+def positive_seconds(text):
+    """argparse type: a number of seconds > 0 (finite)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return value
+
+
 def memory_size(text):
     """argparse type: a memory size (see :mod:`aflite_fast.runtime.memory` for the units), in bytes."""
     try:

@@ -61,6 +61,61 @@ def evaluation_of(X, y, keep, report, *, features=None, groups=None, seed=0, n_j
     return out
 
 
+def check_run_inputs(report, X, y, n_jobs=None):
+    """Refuse EMB (``X``) or LABELS (``y``) that are not what the run whose ``report`` (the dict
+    of DIR/report.json) filtered, by what the report records: the row count, the features per
+    row, the dtype (either byte order), the classes, the fingerprint of the labels and that of
+    X's content (one read of X; a report written before these were recorded is checked by what
+    it has).
+
+    Raises
+    ------
+    ValueError
+        Naming EMB or LABELS and what differs.
+    """
+    import numpy as np
+
+    from aflite_fast.io.inputs import scan_rows
+    from aflite_fast.io.fingerprint import ContentHash, canonical_dtype, labels_digest
+
+    again = "give the embeddings the run used"
+    if report["n_rows"] != X.shape[0]:
+        raise ValueError(f"EMB has {X.shape[0]} rows but the run in DIR filtered {report['n_rows']}: {again}")
+    n_features = report.get("n_features")
+    if n_features is not None and n_features != X.shape[-1]:
+        raise ValueError(f"EMB has {X.shape[-1]} features per row but the run in DIR filtered {n_features}: {again}")
+    dtype = report.get("dtype")
+    if dtype is not None:
+        try:
+            same = canonical_dtype(np.dtype(dtype)) == canonical_dtype(X.dtype)
+        except TypeError:
+            raise ValueError(f"DIR/report.json records dtype {dtype!r}, which is not a dtype: it was not "
+                             "written by 'aflite-fast filter'") from None
+        if not same:
+            raise ValueError(f"EMB holds {X.dtype} values but the run in DIR filtered {np.dtype(dtype)}: {again}")
+    classes = report.get("classes")
+    if classes is not None and np.unique(y).tolist() != classes:
+        raise ValueError(f"LABELS hold the classes {_listed(np.unique(y).tolist())} but the run in DIR had "
+                         f"{_listed(classes)}: give the labels the run used")
+    digest = report.get("labels_sha256")
+    if digest is not None and labels_digest(y) != digest:
+        raise ValueError("LABELS hold the run's classes but not on the same rows (their fingerprint differs from "
+                         "report.json's labels_sha256): give the labels the run used")
+    digest = report.get("x_sha256")
+    if digest is not None:
+        with ContentHash(X.shape, X.dtype, n_jobs) as content:
+            scan_rows(X, fingerprint=content)
+        if content.hexdigest() != digest:
+            raise ValueError("EMB has the run's shape and dtype but not its content (its fingerprint differs from "
+                             f"report.json's x_sha256): {again}")
+
+
+def _listed(values, most=6):
+    """``values`` for a message: all of them, or the first ``most`` and how many more."""
+    shown = ", ".join(map(repr, values[:most]))
+    return f"[{shown}{f', ... ({len(values) - most} more)' if len(values) > most else ''}]"
+
+
 def run(args):
     import numpy as np
 
@@ -69,15 +124,16 @@ def run(args):
     from aflite_fast.io.labelfile import read_labels_file
     from aflite_fast.io.watch import InputWatch
     from aflite_fast.cli._figure import REPORT_JSON, REPORT_PNG, draw_report, read_report, require_matplotlib
-    from aflite_fast.cli._filter import _read_groups
+    from aflite_fast.cli._filter import _read_groups, resolve_labels
 
     prog = "aflite-fast evaluate"
     out_dir = os.fspath(args.dir)
     if not os.path.isdir(out_dir):
         raise ValueError(f"DIR {out_dir!r} is not a directory")
+    resolve_labels(args)
     watch = InputWatch([("EMB", args.embeddings), ("LABELS", args.labels), ("--groups", args.groups),
                         ("--features", args.features)])
-    X = open_embeddings(args.embeddings)
+    X = open_embeddings(args.embeddings, args.column)
     y = read_labels_file(args.labels, column=args.labels_column, header=args.labels_header)
     groups = None if args.groups is None else _read_groups(args)
     with OutputSet(out_dir, [REPORT_JSON], label="DIR", extend=True, before_commit=watch.check) as out:
@@ -86,12 +142,10 @@ def run(args):
         if "keep.npy" not in out.names:
             raise ValueError(f"DIR {out_dir!r} holds no keep.npy of 'aflite-fast filter'")
         keep = np.load(out.file("keep.npy"), allow_pickle=False)
-        if report["n_rows"] != X.shape[0]:
-            raise ValueError(f"EMB has {X.shape[0]} rows but the run in DIR filtered {report['n_rows']}: "
-                             "give the embeddings the run used")
+        n_jobs = cap_threads(args.n_jobs, prog, args.quiet)
+        check_run_inputs(report, X, y, n_jobs)
         report["evaluation"] = evaluation_of(X, y, keep, report, features=args.features, groups=groups,
-                                             seed=args.seed, n_jobs=cap_threads(args.n_jobs, prog, args.quiet),
-                                             cv=args.cv, n_random=args.n_random)
+                                             seed=args.seed, n_jobs=n_jobs, cv=args.cv, n_random=args.n_random)
         out.save_json(REPORT_JSON, report)
         if REPORT_PNG in out.names:  # carried from the set: redraw it with the new panel
             require_matplotlib()

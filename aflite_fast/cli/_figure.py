@@ -165,8 +165,13 @@ def read_report(out_dir, path=None):
     try:
         with open(path, encoding="utf-8") as fh:
             report = json.load(fh)
+    except RecursionError:
+        raise ValueError(f"cannot read {path!r}: its JSON is nested too deeply") from None
     except (OSError, ValueError) as exc:
         raise ValueError(f"cannot read {path!r}: {exc}") from exc
+    if not isinstance(report, dict):
+        kind = {list: "an array", str: "a string", bool: "true or false", type(None): "null"}.get(type(report), "a number")
+        raise ValueError(f"{path!r} holds {kind}, not a JSON object: it is not a report of 'aflite-fast filter'")
     missing = [k for k in ("history", "parameters", "n_rows", "n_kept", "class_counts") if k not in report]
     if missing:
         raise ValueError(f"{path!r} lacks {', '.join(missing)}: it was not written by this version of "

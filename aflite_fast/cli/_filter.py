@@ -7,7 +7,7 @@ import warnings
 from aflite_fast.core.loss_names import LOSS_NAMES
 from aflite_fast.filtering.modes import NULL_MODES, REMOVE_MODES, STOP_RULES, TIE_BREAKS
 from aflite_fast._version import __version__
-from aflite_fast.cli._args import HelpFormatter, add_flag, cap_threads, memory_size, positive_int
+from aflite_fast.cli._args import HelpFormatter, add_flag, cap_threads, memory_size, positive_int, positive_seconds
 
 #: Files the command writes into --out, switched in together (aflite_fast.io.atomic).
 OUTPUT_NAMES = ("keep.npy", "scores.npy", "report.json")
@@ -68,19 +68,30 @@ Blank lines are an error, except at the end. If every label is a number they are
 numbers, so 1, 1.0 and 01 are one class; otherwise labels are compared as written.
 --groups FILE follows the same rules, with --groups-column and --groups-header.
 LABELS (and --groups) may also be a table (Arrow, Hugging Face dataset, Parquet), EMB's own
-included: --labels-column NAME (--groups-column NAME) names its column.
+included: --labels-column NAME (--groups-column NAME) names its column. When EMB is the table
+holding the labels, LABELS may be left out: --labels-column NAME alone reads them from EMB.
 """
 
 
 def train_size_arg(text):
-    """An int (rows) or a float in (0, 1) (fraction of the active rows)."""
+    """An int (rows) or a float in (0, 1) (fraction of the active rows); a whole number written
+    as a float (``1e3``, ``2.0``) is refused with the integer to write instead."""
+    import argparse
+
     try:
         return int(text)
     except ValueError:
-        try:
-            return float(text)
-        except ValueError:
-            raise ValueError(f"--train-size must be an integer or a fraction, got {text!r}") from None
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if 0 < value < 1:
+        return value
+    if value >= 1 and value.is_integer():
+        raise argparse.ArgumentTypeError(f"{text!r} is neither a whole number of rows (write {int(value)}) nor a "
+                                         "fraction in (0, 1)")
+    raise argparse.ArgumentTypeError(f"must be a whole number of rows or a fraction in (0, 1), got {text!r}")
 
 
 def add_input_arguments(p, labels_help="labels: .npy/.npz, or text/CSV (see below)"):
@@ -90,7 +101,9 @@ def add_input_arguments(p, labels_help="labels: .npy/.npz, or text/CSV (see belo
                    help="embeddings: EMB.npy, EMB.npz[:KEY], a directory or glob of .npy shards, "
                         "EMB.safetensors[:KEY], a Hugging Face dataset saved with save_to_disk or an "
                         ".arrow file, a .parquet file or directory (docs/formats.md)")
-    p.add_argument("labels", metavar="LABELS", help=labels_help)
+    p.add_argument("labels", metavar="LABELS", nargs="?", default=None,
+                   help=f"{labels_help}; may be left out when EMB is a table holding the labels: "
+                        "--labels-column NAME then reads them from EMB")
     p.add_argument("--column", default=None, metavar="NAME",
                    help="the embedding column of a table EMB (Arrow, Hugging Face dataset, Parquet); "
                         "needed when it has several list columns")
@@ -100,6 +113,23 @@ def add_input_arguments(p, labels_help="labels: .npy/.npz, or text/CSV (see belo
                         "EMB itself)")
     p.add_argument("--labels-header", action="store_true",
                    help="the first line of the labels file names its columns")
+
+
+def resolve_labels(args):
+    """``args.labels``, set to EMB when LABELS was left out and ``--labels-column`` names a
+    column of the table EMB; ValueError saying what to give otherwise."""
+    if args.labels is not None:
+        return args.labels
+    from aflite_fast.io.formats import is_table
+
+    if args.labels_column is None:
+        raise ValueError("LABELS is missing: give a labels file, or --labels-column NAME to read the labels "
+                         "from a column of the table EMB")
+    if not is_table(args.embeddings):
+        raise ValueError(f"LABELS is missing and EMB {args.embeddings!r} is not a table (Arrow, Hugging Face "
+                         "dataset, Parquet) whose --labels-column could hold them: give LABELS")
+    args.labels = args.embeddings
+    return args.labels
 
 
 def add_model_arguments(p):
@@ -123,7 +153,8 @@ def add_groups_arguments(p, help):
 
 def add_parser(subparsers):
     p = subparsers.add_parser(
-        "filter", help="filter an embedding file (.npy) with AFLite", description=_DESCRIPTION,
+        "filter", help="filter embeddings with AFLite (.npy/.npz, shards, safetensors, Arrow, Parquet)",
+        description=_DESCRIPTION,
         epilog=_EPILOG, formatter_class=HelpFormatter)
     add_input_arguments(p)
     p.add_argument("--out", required=True, metavar="DIR", help="output directory (created)")
@@ -151,6 +182,9 @@ def add_parser(subparsers):
                         "not depend on it")
     p.add_argument("--scheduler", default=None, metavar="ADDRESS",
                    help="run on a Dask cluster (e.g. tcp://host:8786); needs dask (pip install '.[dask]' in a clone)")
+    p.add_argument("--scheduler-timeout", type=positive_seconds, default=None, metavar="SECONDS",
+                   help="seconds the --scheduler has to answer as a Dask scheduler before the run is "
+                        "refused (default: 10)")
     add_groups_arguments(p, "group id per row (.npy/.npz, or text read as LABELS is, see below): every "
                             "model trains on whole groups, so rows of a group are never split between "
                             "training and held out")
@@ -262,10 +296,12 @@ def run(args):
     from aflite_fast.io.watch import InputWatch
     from aflite_fast.core.solver_status import NOT_CONVERGED_MESSAGE, total_status
     from aflite_fast.filtering.chance import ChanceWarning, chance_line
+    from aflite_fast.io.fingerprint import labels_digest
 
     prog = "aflite-fast filter"
     start = time.perf_counter()
     # checked again before the outputs are committed (the run checks EMB at every phase too)
+    resolve_labels(args)
     watch = InputWatch([("EMB", args.embeddings), ("LABELS", args.labels), ("--groups", args.groups),
                         ("--transition", args.transition), ("--eval-rows", args.eval_rows),
                         ("--features", args.features)])
@@ -309,9 +345,9 @@ def run(args):
         params["position_bias"] = args.position_bias
     extra = {}
     if args.scheduler:
-        from aflite_fast.phase.dask_backend import close_client, connect
+        from aflite_fast.phase.dask_backend import close_client, connect_scheduler  # needs the optional dask
 
-        extra = dict(backend="dask", client=connect(args.scheduler))
+        extra = dict(backend="dask", client=connect_scheduler(args.scheduler, args.scheduler_timeout))
     try:
         # Entered before the first phase: an unwritable or busy --out fails now, not at the end.
         with OutputSet(args.out, OUTPUT_NAMES + ((PLOT_NAME,) if args.plot else ()), label="--out",
@@ -336,6 +372,7 @@ def run(args):
                 "labels_column": args.labels_column, "labels_header": args.labels_header,
                 "transition": None if args.transition is None else os.path.abspath(args.transition),
                 "n_rows": int(n_rows), "n_features": int(X.shape[-1]), "dtype": str(X.dtype),
+                "x_sha256": result.fingerprint, "labels_sha256": labels_digest(y),
                 "n_candidates": int(X.shape[1]) if X.ndim == 3 else None,
                 "n_classes": int(len(result.classes)),
                 "parameters": params,

@@ -3,7 +3,7 @@ import os
 import sys
 import time
 
-from aflite_fast.cli._args import HelpFormatter, add_flag, cap_threads, memory_size, positive_int
+from aflite_fast.cli._args import HelpFormatter, add_flag, cap_threads, memory_size, non_negative_int, positive_int
 from aflite_fast.cli._filter import add_input_arguments
 
 #: Library parameter names -> the flags of this command, for error messages.
@@ -45,8 +45,8 @@ def add_parser(subparsers):
     p.add_argument("--threshold", type=float, default=None,
                    help="self-confidence: flag p(label) below it (default: 1 / classes); annealing: "
                         "flag max p of another class above it (default: 0.9)")
-    p.add_argument("--n-issues", type=positive_int, default=None, metavar="N",
-                   help="self-confidence only: flag the N rows of lowest p(label) instead")
+    p.add_argument("--n-issues", type=non_negative_int, default=None, metavar="N",
+                   help="self-confidence only: flag the N rows of lowest p(label) instead (0 to N rows)")
     p.add_argument("--cv", type=positive_int, default=5, metavar="K", help="stratified folds")
     p.add_argument("--C", type=float, default=1.0, help="inverse L2 strength (scikit-learn's C)")
     p.add_argument("--max-iter", type=positive_int, default=1000, help="L-BFGS steps per model at most")
@@ -86,6 +86,7 @@ def run(args):
     from aflite_fast.io.atomic import write_file_atomically
     from aflite_fast.io.labelfile import read_labels_file
     from aflite_fast.filtering.label_issues import filter_label_issues
+    from aflite_fast.cli._filter import resolve_labels
 
     prog = "aflite-fast label-issues"
     start = time.perf_counter()
@@ -96,8 +97,10 @@ def run(args):
         raise ValueError(f"--out {args.out!r} is a directory; give a file name")
     if args.n_issues is not None and args.method != "self-confidence":
         raise ValueError("--n-issues applies to --method self-confidence only")
+    if args.n_issues is not None and args.threshold is not None:
+        raise ValueError("--threshold and --n-issues each choose the rows flagged: give one of them")
     X = open_embeddings(args.embeddings, args.column)
-    y = read_labels_file(args.labels, column=args.labels_column, header=args.labels_header)
+    y = read_labels_file(resolve_labels(args), column=args.labels_column, header=args.labels_header)
     result = filter_label_issues(
         X, y, method=METHODS[args.method], threshold=args.threshold, n_issues=args.n_issues, cv=args.cv,
         C=args.C, max_memory=args.max_memory, random_state=args.seed,

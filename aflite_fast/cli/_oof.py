@@ -91,7 +91,7 @@ def run(args):
     from aflite_fast.io.watch import InputWatch
     from aflite_fast.filtering.oof import oof_run
     from aflite_fast.core.solver_status import status_counts
-    from aflite_fast.cli._filter import _loss_params, _read_groups
+    from aflite_fast.cli._filter import _loss_params, _read_groups, resolve_labels
 
     prog = "aflite-fast oof"
     start = time.perf_counter()
@@ -103,6 +103,7 @@ def run(args):
     if args.train_size is not None and args.n_partitions is None:
         raise ValueError("--train-size applies to --n-partitions only; with --cv the folds fix the training sets")
     # checked again just before PROBS.npy replaces the previous file
+    resolve_labels(args)
     watch = InputWatch([("EMB", args.embeddings), ("LABELS", args.labels), ("--groups", args.groups),
                         ("--transition", args.transition)])
     X = open_embeddings(args.embeddings, args.column)

@@ -123,6 +123,10 @@ class AFLiteResult:
     chance : ChanceCheck or None
         Phase 0's rows at or above tau against label permutations (:mod:`aflite_fast.filtering.chance`);
         None with ``chance_check=False``.
+    fingerprint : str or None
+        SHA-256 fingerprint of X's content (64 hex digits, :class:`aflite_fast.io.fingerprint.
+        ContentHash`): the same for the same values in any format, byte order or chunking, so
+        that what was filtered can be recognised later (``aflite-fast evaluate`` compares it).
     """
 
     keep: np.ndarray
@@ -136,6 +140,7 @@ class AFLiteResult:
     removed_per_class: np.ndarray = None
     resumed_from: int = 0
     chance: Optional[ChanceCheck] = None
+    fingerprint: Optional[str] = None
 
     @property
     def keep_mask(self):
@@ -326,7 +331,8 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
     if eval_only_score and problem.is_eval is None:
         raise ValueError("eval_only_score=True needs eval_rows")
     settings = validate_settings(problem.n_trainable, target_size=target_size, n_partitions=n_partitions,
-                                 train_size=train_size, slice_size=slice_size, tau=tau, C=C)
+                                 train_size=train_size, slice_size=slice_size, tau=tau, C=C,
+                                 n_eval=problem.n_rows - problem.n_trainable)
     if remove not in REMOVE_MODES:
         raise ValueError(f"remove must be 'row' or 'group', got {remove!r}")
     if remove == "group" and groups is None:
@@ -343,8 +349,9 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
     problem.solver_arguments(C=settings.C, max_iter=max_iter, max_memory=max_memory)
     # fail early on a bad budget string, and on a phase the budget cannot hold (before allocating it)
     problem.check_phase_memory(settings.n_partitions, settings.train_rows(problem.n_rows), parse_memory(max_memory))
-    # a checkpoint needs the fingerprint of every row, which the scan computes as it reads them
-    problem.scan(fingerprint=store is not None)
+    # the fingerprint of every row (the result records it, a checkpoint checks it), computed by
+    # the scan as it reads them
+    problem.scan(fingerprint=True)
     loop = _Loop(problem, settings, entropy, group_codes, eval_only_score, remove, null, n_null, stop, chance_check,
                  tie_break)
     state = None
@@ -419,8 +426,9 @@ class _Loop:
                 keep_pos[chosen] = False
                 active = active[keep_pos]
                 bar.update(int(chosen.size))
-                bar.set_postfix(phase=phase, active=int(active.size), above_tau=int(n_eligible),
-                                **({} if null_mean is None else {"null": round(null_mean, 1)}))
+                # strings: tqdm would print a round number of rows as 1e+4
+                bar.set_postfix(phase=str(phase), active=str(active.size), above_tau=str(n_eligible),
+                                **({} if null_mean is None else {"null": f"{null_mean:.1f}"}))
                 phase += 1
                 problem.watch.check()  # before a checkpoint keeps a phase that may have read changed rows
                 if store is not None:
@@ -509,4 +517,4 @@ class _Loop:
             history=history, classes=labels.classes, stop_reason=stop_reason,
             kept_per_class=np.bincount(labels.codes[active], minlength=labels.n_classes).astype(np.int64),
             removed_per_class=np.bincount(labels.codes[removed], minlength=labels.n_classes).astype(np.int64),
-            resumed_from=resumed_from, chance=chance)
+            resumed_from=resumed_from, chance=chance, fingerprint=self.problem.content_digest)

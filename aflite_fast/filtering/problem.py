@@ -74,8 +74,11 @@ def check_C(C):
     return float(C)
 
 
-def validate_settings(n_rows, *, target_size=0, n_partitions, train_size, slice_size=1, tau=0.5, C=1.0):
-    """Check the hyperparameters against the data size; raise ValueError naming the problem."""
+def validate_settings(n_rows, *, target_size=0, n_partitions, train_size, slice_size=1, tau=0.5, C=1.0, n_eval=0):
+    """Check the hyperparameters against the data size; raise ValueError naming the problem.
+
+    ``n_rows`` counts the rows a partition may train on; ``n_eval`` the evaluation rows left out
+    of them (the messages say so)."""
     target_size = _check_int("target_size", target_size, 0)
     n_partitions = _check_int("n_partitions", n_partitions, 1)
     slice_size = _check_int("slice_size", slice_size, 1)
@@ -84,17 +87,21 @@ def validate_settings(n_rows, *, target_size=0, n_partitions, train_size, slice_
     C = check_C(C)
     if isinstance(train_size, bool) or not isinstance(train_size, numbers.Real):
         raise ValueError(f"train_size must be an int or a fraction in (0, 1), got {train_size!r}")
+    # with evaluation rows, n_rows counts the rows left to train on: say so
+    rows = (f"{n_rows} rows" if not n_eval else
+            f"the {n_rows} rows to train on ({n_rows + n_eval} rows less the {n_eval} of eval_rows)")
     if isinstance(train_size, numbers.Integral):
         if train_size < 1:
             raise ValueError(f"train_size must be >= 1, got {train_size}")
         if train_size >= n_rows:
-            raise ValueError(f"train_size ({train_size}) must be smaller than the number of rows ({n_rows}): "
-                             "every partition needs held-out rows")
+            bound = f"the number of rows ({n_rows})" if not n_eval else rows
+            raise ValueError(f"train_size ({train_size}) must be smaller than {bound}: every partition needs "
+                             "held-out rows")
         train_size = int(train_size)
     elif not 0.0 < train_size < 1.0:
         raise ValueError(f"a fractional train_size must be in (0, 1), got {train_size}")
     elif int(round(train_size * n_rows)) >= n_rows:
-        raise ValueError(f"train_size={train_size} of {n_rows} rows leaves no held-out rows")
+        raise ValueError(f"train_size={train_size} of {rows} leaves no held-out rows")
     return Settings(n_rows, target_size, n_partitions, train_size, slice_size, float(tau), C)
 
 

@@ -13,6 +13,8 @@ d. What the file is comes from its first bytes (the ``.npy`` magic string, a zip
    instead of numpy's ``EOFError`` or its refusal to unpickle.  Object arrays are refused:
    reading them would mean unpickling.
 """
+import ast
+import math
 import os
 import struct
 import zipfile
@@ -25,8 +27,11 @@ _ZIP_MAGIC = b"PK\x03\x04"
 #: Fixed part of a zip local file header; its last two fields are the lengths of the name and
 #: of the extra field, which precede the member's data (PKWARE APPNOTE 4.3.7).
 _ZIP_LOCAL_HEADER = struct.Struct("<4s5H3L2H")
-_NPY_HEADER_READERS = {(1, 0): np.lib.format.read_array_header_1_0,
-                       (2, 0): np.lib.format.read_array_header_2_0}
+#: .npy format versions -> (struct format of the header length, encoding of the header).
+_NPY_VERSIONS = {(1, 0): ("<H", "latin1"), (2, 0): ("<I", "latin1"), (3, 0): ("<I", "utf-8")}
+#: Longest .npy header read (NumPy's own limit without allow_pickle): a numeric array's header
+#: is under 200 bytes.
+_NPY_MAX_HEADER = 10_000
 
 
 def split_key(spec):
@@ -84,15 +89,13 @@ def open_array_file(spec, what="array"):
         if not start.startswith(_NPY_MAGIC):
             raise ValueError(f"not a .npy or .npz file (it starts with {start!r})")
         with open(path, "rb") as fh:
-            shape, _, dtype = read_npy_header(fh)  # a corrupt header is refused in our words, not numpy's
+            shape, fortran, dtype = read_npy_header(fh)  # a corrupt header is refused in our words, not numpy's
             data_start = fh.tell()
-        if dtype.hasobject:
-            raise ValueError("it holds Python objects, which cannot be read without unpickling")
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        nbytes = _data_bytes(shape, dtype, "it")
         held = os.stat(path).st_size - data_start
         if held < nbytes:
             raise ValueError(f"the file is truncated: its header promises {nbytes} bytes of data, it holds {held}")
-        return np.load(path, mmap_mode="r", allow_pickle=False)
+        return _map(path, data_start, shape, dtype, fortran)
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
         raise ValueError(f"cannot read {what} from {os.fspath(spec)!r}: {exc}") from exc
 
@@ -130,20 +133,69 @@ def array_layout(spec, what="array"):
 def read_npy_header(fh, what="the file"):
     """``(shape, fortran_order, dtype)`` from the ``.npy`` header at ``fh``'s position.
 
-    numpy's own messages about a corrupt header show its parser's internals (an ``ast`` node's
-    repr, the raw header bytes); this says what is wrong in plain words.
+    Versions 1.0, 2.0 and 3.0 of the format are read.  numpy's own messages about a corrupt
+    header show its parser's internals (an ``ast`` node's repr, the raw header bytes), and it
+    takes a negative or boolean dimension; this says what is wrong in plain words and accepts
+    a shape of non-negative integers only.
     """
+    magic = fh.read(len(_NPY_MAGIC) + 2)
+    if len(magic) < len(_NPY_MAGIC) + 2 or not magic.startswith(_NPY_MAGIC):
+        raise ValueError(f"{what} does not start with a .npy header")
+    version = (magic[-2], magic[-1])
+    if version not in _NPY_VERSIONS:
+        raise ValueError(f"{what} has .npy format version {version[0]}.{version[1]}, which cannot be mapped "
+                         "(1.0, 2.0 and 3.0 can)")
+    length_format, encoding = _NPY_VERSIONS[version]
+    raw = fh.read(struct.calcsize(length_format))
+    if len(raw) < struct.calcsize(length_format):
+        raise ValueError(f"{what} is truncated inside its .npy header")
+    (length,) = struct.unpack(length_format, raw)
+    if length > _NPY_MAX_HEADER:
+        raise ValueError(f"{what} has a .npy header of {length} bytes, more than the {_NPY_MAX_HEADER} read; "
+                         "a numeric array's header is a few hundred bytes")
+    text = fh.read(length)
+    if len(text) < length:
+        raise ValueError(f"{what} is truncated inside its .npy header")
+    corrupt = ValueError(f"{what} has a corrupt .npy header (it does not describe an array's shape, dtype "
+                         "and order)")
     try:
-        version = np.lib.format.read_magic(fh)
-    except ValueError:
-        raise ValueError(f"{what} does not start with a .npy header") from None
-    if version not in _NPY_HEADER_READERS:
-        raise ValueError(f"{what} has .npy format version {version[0]}.{version[1]}, which cannot be mapped")
+        header = ast.literal_eval(text.decode(encoding))
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError, UnicodeDecodeError):
+        raise corrupt from None
+    if not isinstance(header, dict) or header.keys() != {"descr", "fortran_order", "shape"}:
+        raise corrupt
+    shape, fortran = header["shape"], header["fortran_order"]
+    if (not isinstance(shape, tuple) or not isinstance(fortran, bool)
+            or not all(type(s) is int for s in shape)):  # noqa: E721 - bool is not a dimension
+        raise corrupt
+    if any(s < 0 for s in shape):
+        raise ValueError(f"{what} has a .npy header with a negative dimension in its shape {shape}")
     try:
-        return _NPY_HEADER_READERS[version](fh)
-    except (ValueError, SyntaxError, TypeError, KeyError, EOFError):
-        raise ValueError(f"{what} has a corrupt .npy header (it does not describe an array's shape, dtype "
-                         "and order)") from None
+        dtype = np.lib.format.descr_to_dtype(header["descr"])
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError, RecursionError):
+        raise corrupt from None
+    return shape, fortran, dtype
+
+
+def _data_bytes(shape, dtype, what):
+    """Bytes of an array of ``shape`` and ``dtype`` (computed without wrapping), after refusing
+    the dtypes no reader takes; ``what`` names the array."""
+    if dtype.hasobject:
+        raise ValueError(f"{what} holds Python objects, which cannot be read without unpickling")
+    if dtype.names is not None or dtype.subdtype is not None:
+        raise ValueError(f"{what} is a structured array (dtype {dtype}); save the numbers as a plain array")
+    if dtype.itemsize == 0:
+        raise ValueError(f"{what} has dtype {dtype}, whose values take no bytes")
+    return math.prod(shape) * dtype.itemsize
+
+
+def _map(path, offset, shape, dtype, fortran):
+    """The array of ``shape`` stored at byte ``offset`` of ``path``, memory-mapped read-only
+    (an empty array is made, as a 0-byte map cannot be)."""
+    order = "F" if fortran else "C"
+    if math.prod(shape) == 0:
+        return np.empty(shape, dtype=dtype, order=order)
+    return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape, order=order)
 
 
 def _open_npz(path, key):
@@ -160,7 +212,7 @@ def _open_npz(path, key):
         info = archive.getinfo(members[key])
         if info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 0x1:
             with archive.open(info) as member:  # compressed: cannot be mapped, read it
-                return np.lib.format.read_array(member, allow_pickle=False)
+                return _read_member(member, key, info.file_size)
     with open(path, "rb") as fh:
         fh.seek(info.header_offset)
         fields = _ZIP_LOCAL_HEADER.unpack(fh.read(_ZIP_LOCAL_HEADER.size))
@@ -168,12 +220,19 @@ def _open_npz(path, key):
         fh.seek(member_start)
         shape, fortran, dtype = read_npy_header(fh, f"array {key!r}")
         offset = fh.tell()
-    if dtype.hasobject:
-        raise ValueError(f"array {key!r} holds Python objects, which cannot be read without unpickling")
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    nbytes = _data_bytes(shape, dtype, f"array {key!r}")
     if offset - member_start + nbytes > info.file_size:
         raise ValueError(f"array {key!r} is truncated: its header promises {nbytes} bytes of data")
-    if nbytes == 0:
-        return np.empty(shape, dtype=dtype)
-    return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape,
-                     order="F" if fortran else "C")
+    return _map(path, offset, shape, dtype, fortran)
+
+
+def _read_member(member, key, size):
+    """The array of a compressed ``.npz`` member (``size`` bytes uncompressed), read whole
+    from the open stream ``member`` after the same checks of its header as a mapped one."""
+    shape, fortran, dtype = read_npy_header(member, f"array {key!r}")
+    nbytes = _data_bytes(shape, dtype, f"array {key!r}")
+    data = member.read(nbytes) if member.tell() + nbytes <= size else b""
+    if len(data) < nbytes:
+        raise ValueError(f"array {key!r} is truncated: its header promises {nbytes} bytes of data")
+    order = "F" if fortran else "C"
+    return np.frombuffer(bytearray(data), dtype=dtype).reshape(shape, order=order)

@@ -185,3 +185,18 @@ class ContentHash:
         pending, self._pending = self._pending, []
         for future in pending:
             self._digests.extend(future.result())
+
+
+def labels_digest(y):
+    """SHA-256 (64 hex digits) of labels ``y``: their classes (sorted, as JSON) and each row's
+    class index.  The same labels read from any file format give the same digest (``1`` from a
+    text file and from an int32 ``.npy`` are one class); other classes, or the same classes on
+    other rows, give another."""
+    import json
+
+    classes, codes = np.unique(np.asarray(y), return_inverse=True)
+    h = hashlib.sha256(b"aflite_fast-labels-v1|")
+    h.update(json.dumps(classes.tolist(), default=str).encode())
+    h.update(b"|")
+    h.update(np.ascontiguousarray(codes.reshape(-1), dtype="<i8").tobytes())
+    return h.hexdigest()

@@ -106,7 +106,7 @@ def open_embeddings(X, column=None, items=False):
         check_dtype(X.dtype)
         if not X.flags.c_contiguous:
             if isinstance(X, np.memmap):
-                raise ValueError("a multiple-choice memory map must be C-ordered (items, candidates, features)")
+                raise ValueError(multiple_choice_order_message(X))
             X = np.ascontiguousarray(X)
         return X
     if X.ndim != 2:
@@ -123,6 +123,16 @@ def open_embeddings(X, column=None, items=False):
         raise ValueError(f"X is empty: {which} (shape={X.shape}) while a minimum of 1 is required in each dimension")
     check_dtype(X.dtype)
     return X
+
+
+def multiple_choice_order_message(X):
+    """Why the memory-mapped 3-D ``X`` (not C-contiguous) cannot be read, and what to do."""
+    name = getattr(X, "filename", None)
+    what = f"multiple-choice X{f' ({name!r})' if name else ''}"
+    order = "in Fortran order" if X.flags.f_contiguous else "as a strided view, not C-ordered"
+    return (f"{what} is stored {order}; its items are read a few at a time, which needs the array "
+            "C-ordered (items, candidates, features): save it with np.save(path, np.ascontiguousarray(X)) "
+            "(a 2-D X may be stored in either order)")
 
 
 def _is_path_list(X):

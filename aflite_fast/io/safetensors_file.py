@@ -48,13 +48,54 @@ def read_header(path):
     if len(text) < length:
         raise ValueError("the file is truncated inside its header")
     try:
-        header = json.loads(text.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
+        header = json.loads(text.decode("utf-8"), object_pairs_hook=_unique_keys)
+    except _DuplicateKey as exc:
+        raise ValueError(f"its header names {exc} more than once") from None
+    except (UnicodeDecodeError, ValueError, RecursionError):
         raise ValueError("not a safetensors file (its header is not JSON)") from None
     if not isinstance(header, dict):
         raise ValueError("not a safetensors file (its header is not a JSON object)")
     header.pop("__metadata__", None)
     return header, 8 + length
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs):
+    """A JSON object's dict, refusing a key given twice (JSON would keep the last silently)."""
+    out = {}
+    for name, value in pairs:
+        if name in out:
+            raise _DuplicateKey(repr(name))
+        out[name] = value
+    return out
+
+
+def _is_count(value):
+    """True for a JSON integer >= 0 (not a float such as 2000.0, not true/false)."""
+    return type(value) is int and value >= 0  # noqa: E721 - bool is an int subclass
+
+
+def _entry(entry, key):
+    """``(dtype name, shape, (begin, end))`` of a tensor's header entry, after checking that it
+    is an object whose ``dtype`` is a string, ``shape`` a list of integers >= 0 and
+    ``data_offsets`` two integers with 0 <= begin <= end (a negative begin would read the
+    header's bytes as the first row and shift every row after it)."""
+    if not isinstance(entry, dict):
+        raise ValueError(f"tensor {key!r}: its header entry is not a JSON object with dtype, shape and "
+                         "data_offsets")
+    name, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+    if not isinstance(name, str):
+        raise ValueError(f"tensor {key!r}: its dtype {name!r} is not a name such as \"F32\"")
+    if not isinstance(shape, list) or not all(_is_count(s) for s in shape):
+        raise ValueError(f"tensor {key!r}: its shape {shape!r} is not a list of integers >= 0")
+    if (not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_count(v) for v in offsets)
+            or offsets[0] > offsets[1]):
+        raise ValueError(f"tensor {key!r}: its data_offsets {offsets!r} are not [begin, end] with "
+                         "0 <= begin <= end (bytes after the header)")
+    return name, tuple(shape), tuple(offsets)
 
 
 def open_safetensors(spec, what="embeddings"):
@@ -64,7 +105,8 @@ def open_safetensors(spec, what="embeddings"):
     ------
     ValueError
         Naming the file and the problem: unreadable header, missing or ambiguous key, a dtype
-        NumPy has no name for, not 2-D, or a file shorter than the header promises.
+        NumPy has no name for, not 2-D, a shape or byte range that is not integers >= 0 (or
+        that do not agree), a key given twice, or a file shorter than the header promises.
     """
     path, key = split_safetensors(spec)
     try:
@@ -76,14 +118,11 @@ def open_safetensors(spec, what="embeddings"):
             key = next(iter(tensors))
         if key not in tensors:
             raise ValueError(f"the file has no tensor {key!r}; it holds {', '.join(sorted(tensors)) or 'none'}")
-        entry = tensors[key]
-        name = entry.get("dtype")
+        name, shape, (begin, end) = _entry(tensors[key], key)
         if name not in DTYPES:
             raise ValueError(f"tensor {key!r} has dtype {name}, which NumPy cannot hold; save it as float32 or "
                              "float16 (e.g. tensor.float())")
         dtype = np.dtype(DTYPES[name])
-        shape = tuple(int(s) for s in entry["shape"])
-        begin, end = (int(v) for v in entry["data_offsets"])
         if len(shape) != 2:
             raise ValueError(f"tensor {key!r} is {len(shape)}-D with shape {shape}; embeddings must be 2-D "
                              "(rows x features)")

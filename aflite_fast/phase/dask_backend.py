@@ -43,13 +43,14 @@ from aflite_fast.runtime.memory import parse_memory
 from aflite_fast.phase.multiple_choice import candidate_rows, is_multiple_choice, tail_columns
 from aflite_fast.io.arrayfile import open_array_file
 from aflite_fast.io.rows import membership_matrix
-from aflite_fast.io.inputs import GATHER_CHUNK_BYTES, check_dtype, gather_rows, scan_block, scan_chunk_rows
+from aflite_fast.io.inputs import (GATHER_CHUNK_BYTES, check_dtype, gather_rows, multiple_choice_order_message,
+                                   scan_block, scan_chunk_rows)
 from aflite_fast.io.fingerprint import block_digests
 from aflite_fast.io.rowsource import FileRows, RowSource
 from aflite_fast.core.losses import resolve_loss
 
-__all__ = ["DaskEmbeddings", "DaskPhaseScores", "as_dask_array", "connect", "close_client", "leaf_ranges",
-           "score_phase_dask", "scan_rows_dask"]
+__all__ = ["DaskEmbeddings", "DaskPhaseScores", "as_dask_array", "connect", "connect_scheduler", "close_client",
+           "leaf_ranges", "score_phase_dask", "scan_rows_dask"]
 
 
 def _import_dask():
@@ -253,7 +254,7 @@ def candidate_rows_of(X):
     if isinstance(X, np.ndarray):
         if not X.flags.c_contiguous:
             if isinstance(X, np.memmap):
-                raise ValueError("a multiple-choice memory map must be C-ordered (items, candidates, features)")
+                raise ValueError(multiple_choice_order_message(X))
             X = np.ascontiguousarray(X)
         return X.reshape(n * K, d), K
     raise ValueError(f"{MC_SOURCES}; got {type(X).__name__}")
@@ -875,40 +876,183 @@ def _predict(phases, cuts, coef, n_active, n_out, proba_sum, moved):
 
 # ----------------------------------------------------------------------------- CLI helpers
 
-#: Seconds to wait for a scheduler to answer: dask's default (30 s, with retries) makes a typo
-#: in the address look like a hang; a live scheduler answers in milliseconds.
-CONNECT_TIMEOUT = 5
+#: Seconds a scheduler has to answer (:func:`connect_scheduler`'s default timeout, and
+#: ``aflite-fast filter --scheduler-timeout``'s): dask's own default (30 s, with retries) makes a
+#: typo in the address look like a hang, and something that accepts the connection but is not a
+#: dask scheduler (an HTTP server) would hold it for ever; a live scheduler answers in
+#: milliseconds.
+CONNECT_TIMEOUT = 10
+#: Schemes of scheduler addresses, all over TCP (``ws``/``wss``: dask's websocket comms).
+SCHEMES = ("tcp", "tls", "ws", "wss")
+_ADDRESS_FORMS = "give tcp://HOST:PORT (or HOST:PORT), a scheduler file (*.json) or local[:N]"
 
 
-def connect(scheduler):
-    """A ``distributed.Client`` for ``scheduler``: an address such as ``tcp://host:8786``, a
-    scheduler file (``*.json``), or ``"local"`` / ``"local:N"`` for a LocalCluster of N worker
-    processes (one thread each; default: one per core).  Use it as a context manager."""
+def connect(scheduler, timeout=None):
+    """A ``distributed.Client`` for ``scheduler``: :func:`connect_scheduler` under its older
+    name (``scheduler`` as there)."""
+    return connect_scheduler(scheduler, timeout)
+
+
+def connect_scheduler(address, timeout=None):
+    """A ``distributed.Client`` connected to the dask scheduler at ``address``, or a ValueError
+    saying why not, within ``timeout`` seconds.
+
+    Parameters
+    ----------
+    address : str or os.PathLike
+        ``tcp://HOST:PORT`` (also ``tls://``, ``ws://``, ``wss://``; ``HOST:PORT`` means tcp;
+        dask's ``inproc://`` and ``ucx://`` addresses are passed on as they are), a
+        scheduler file (``*.json``, as ``dask scheduler --scheduler-file`` writes), or
+        ``"local"`` / ``"local:N"`` for a LocalCluster of N worker processes (one thread each;
+        default: one per core), closed with the client by :func:`close_client`.
+    timeout : float, optional
+        Seconds the scheduler has to answer (default :data:`CONNECT_TIMEOUT`).  The TCP
+        connection, dask's handshake and the scheduler's identity must all come within it.
+
+    Returns
+    -------
+    distributed.Client
+        Close it with :func:`close_client`.
+
+    Raises
+    ------
+    ValueError
+        Each case with its own message: ``address`` is no address (no port, an unknown scheme,
+        a word); its host name does not resolve; the connection is refused (nothing listens at
+        the port); no connection within ``timeout`` (unreachable); something accepted the
+        connection but did not answer as a dask scheduler within ``timeout`` (another service,
+        or a dask worker's address); a scheduler file that is missing or holds no address;
+        ``local:N`` with a bad N; a ``timeout`` that is not a positive number.
+    ImportError
+        Without dask and distributed.
+    """
     _, distributed = _import_dask()
-    scheduler = os.fspath(scheduler)
-    if scheduler == "local" or scheduler.startswith("local:"):
-        count = scheduler.split(":", 1)[1] if ":" in scheduler else str(os.cpu_count() or 1)
+    timeout = CONNECT_TIMEOUT if timeout is None else timeout
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < float("inf"):
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    address = os.fspath(address)
+    if address == "local" or address.startswith("local:"):
+        count = address.split(":", 1)[1] if ":" in address else str(os.cpu_count() or 1)
         if not count.isdigit() or int(count) < 1:
-            raise ValueError(f"scheduler {scheduler!r}: local:N needs a positive number of workers N")
-        n = int(count)
-        cluster = distributed.LocalCluster(n_workers=n, threads_per_worker=1, processes=True)
+            raise ValueError(f"scheduler {address!r}: local:N needs a positive number of workers N")
+        cluster = distributed.LocalCluster(n_workers=int(count), threads_per_worker=1, processes=True)
         client = distributed.Client(cluster)
         client._aflite_cluster = cluster  # closed with the client (see close_client)
         return client
-    if scheduler.endswith(".json") and not os.path.isfile(scheduler):
-        # dask would wait for the file to appear, without end
-        raise ValueError(f"scheduler {scheduler!r}: no such scheduler file")
+    shown = address
+    if address.endswith(".json"):
+        address = _scheduler_file_address(address)
+    scheme, host, port = _split_address(address, shown)
+    deadline = time.monotonic() + timeout
+    if host is None:
+        target = address
+    else:
+        _reach(host, port, timeout, shown)
+        target = f"{scheme}://{_host_text(host)}:{port}"
+    kind = _identity(target, max(0.1, deadline - time.monotonic()), distributed)
+    if kind != "Scheduler":
+        if kind is None:
+            raise ValueError(f"scheduler {shown!r}: something listens there but did not answer as a dask scheduler "
+                             f"within {timeout:g} s; give the address the scheduler printed (tcp://HOST:8786)")
+        raise ValueError(f"scheduler {shown!r}: a dask {kind} answered there, not the scheduler; give the "
+                         "scheduler's address (tcp://HOST:8786)")
     try:
-        if scheduler.endswith(".json"):
-            return distributed.Client(scheduler_file=scheduler, timeout=CONNECT_TIMEOUT)
-        return distributed.Client(scheduler, timeout=CONNECT_TIMEOUT)
-    except (OSError, TimeoutError) as exc:
-        raise ValueError(f"scheduler {scheduler!r}: no dask scheduler answered there within {CONNECT_TIMEOUT} s "
-                         f"({exc})") from None
-    except Exception:  # noqa: BLE001
-        # Something that is not a dask scheduler answered; dask can read its bytes as a frame
-        # length of exabytes (a MemoryError) or fail to decode them: no internals shown.
-        raise ValueError(f"scheduler {scheduler!r}: something answered there, but not a dask scheduler") from None
+        return distributed.Client(target, timeout=max(1.0, deadline - time.monotonic()))
+    except Exception as exc:  # noqa: BLE001 - answered as a scheduler a moment ago
+        raise ValueError(f"scheduler {shown!r}: answered as a dask scheduler, then refused the client "
+                         f"({type(exc).__name__}: {exc})") from None
+
+
+def _scheduler_file_address(path):
+    """The address in a scheduler file (``dask scheduler --scheduler-file``)."""
+    if not os.path.isfile(path):
+        # dask would wait for the file to appear, without end
+        raise ValueError(f"scheduler {path!r}: no such scheduler file")
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            info = json.load(fh)
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        info = None
+    if not isinstance(info, dict) or not isinstance(info.get("address"), str):
+        raise ValueError(f"scheduler {path!r} is not a dask scheduler file (JSON with the scheduler's "
+                         "\"address\"); give the file the scheduler wrote, or its address")
+    return info["address"]
+
+
+def _split_address(address, shown):
+    """``(scheme, host, port)`` of ``[SCHEME://]HOST:PORT`` (host and port None for dask's
+    ``inproc://`` and ``ucx://`` addresses); ValueError for anything else."""
+    from urllib.parse import urlsplit
+
+    text = address if "://" in address else f"tcp://{address}"
+    scheme = text.split("://", 1)[0]
+    if scheme in ("inproc", "ucx"):  # not TCP: dask alone can tell
+        return scheme, None, None
+    try:
+        parts = urlsplit(text)
+        host, port = parts.hostname, parts.port
+    except ValueError:  # a port that is not a number in 0..65535
+        host = port = None
+    if (not host or not port or parts.scheme not in SCHEMES or parts.path or parts.query or parts.fragment
+            or parts.username or parts.password):
+        raise ValueError(f"scheduler {shown!r} is not a scheduler address: {_ADDRESS_FORMS}")
+    return parts.scheme, host, port
+
+
+def _host_text(host):
+    return f"[{host}]" if ":" in host else host
+
+
+def _reach(host, port, timeout, shown):
+    """Open and close a TCP connection to ``host:port``, or raise the ValueError saying why not."""
+    import socket
+
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except socket.gaierror:
+        raise ValueError(f"scheduler {shown!r}: the host name {host!r} does not resolve; check the address") from None
+    except ConnectionRefusedError:
+        raise ValueError(f"scheduler {shown!r}: connection refused, nothing listens at port {port} of {host}; "
+                         f"start the scheduler (dask scheduler --port {port}) or check the port") from None
+    except (socket.timeout, TimeoutError):
+        raise ValueError(f"scheduler {shown!r}: unreachable, no connection within {timeout:g} s; check the host "
+                         "and that a firewall lets the port through") from None
+    except OSError as exc:
+        raise ValueError(f"scheduler {shown!r}: unreachable ({exc.strerror or exc}); check the host") from None
+
+
+def _identity(address, timeout, distributed):
+    """The ``type`` a dask server at ``address`` gives for itself ("Scheduler", "Worker", ...),
+    or None when what answers does not speak dask's protocol within ``timeout`` seconds.
+
+    Runs in a thread of its own (with its own event loop, so a caller inside one works too);
+    the wait is cancelled at the timeout, whatever the other side does."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    from distributed.comm import connect as comm_connect
+    from distributed.security import Security
+
+    async def ask():
+        comm = await comm_connect(address, timeout=timeout,
+                                  **Security().get_connection_args("client"))
+        try:
+            await comm.write({"op": "identity", "reply": True})
+            return await comm.read()
+        finally:
+            comm.abort()
+
+    def run():
+        try:
+            reply = asyncio.run(asyncio.wait_for(ask(), timeout))
+        except Exception:  # noqa: BLE001 - no dask server: bytes it cannot decode, a timeout, a reset
+            return None
+        return reply.get("type") if isinstance(reply, dict) and isinstance(reply.get("type"), str) else None
+
+    with ThreadPoolExecutor(1, thread_name_prefix="aflite-scheduler-probe") as pool:
+        return pool.submit(run).result()
 
 
 def close_client(client):

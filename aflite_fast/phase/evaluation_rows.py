@@ -25,8 +25,9 @@ def eval_mask(eval_rows, n_rows):
     Raises
     ------
     ValueError
-        For a mask of another length, indices out of range or repeated, non-integer indices,
-        or evaluation rows that leave fewer than two rows to train on.
+        For a mask of another length, indices out of range (negative ones included: they do
+        not count from the end) or repeated, non-integer indices, or evaluation rows that
+        leave fewer than two rows to train on.
     """
     if eval_rows is None:
         return None
@@ -41,18 +42,31 @@ def eval_mask(eval_rows, n_rows):
         if e.size and not (e.dtype.kind in "iu" or all(isinstance(v, numbers.Integral) for v in e.tolist())):
             raise ValueError(f"eval_rows must hold integer row indices or be a boolean mask, got dtype {e.dtype}")
         e = e.astype(np.int64)
-        if e.size and (e.min() < -n_rows or e.max() >= n_rows):
-            bad = e[(e < -n_rows) | (e >= n_rows)][0]
-            raise ValueError(f"eval_rows holds index {int(bad)}, out of range for {n_rows} rows")
-        e = np.where(e < 0, e + n_rows, e)
+        if e.size and e.min() < 0:
+            raise ValueError(f"eval_rows holds the negative index {int(e.min())}; row indices count from 0 (a "
+                             "negative one does not count from the end here): give indices in [0, "
+                             f"{n_rows - 1}]")
+        if e.size and e.max() >= n_rows:
+            raise ValueError(f"eval_rows holds index {int(e.max())}, out of range for {n_rows} rows")
         if np.unique(e).size != e.size:
-            raise ValueError("eval_rows holds a row index more than once")
+            _refuse_repeats(e, n_rows)
         mask = np.zeros(n_rows, dtype=bool)
         mask[e] = True
     if n_rows - int(mask.sum()) < 2:
         raise ValueError(f"eval_rows marks {int(mask.sum())} of {n_rows} rows: fewer than two rows are left "
                          "to train on")
     return mask
+
+
+def _refuse_repeats(e, n_rows):
+    """Raise for row indices ``e`` that name a row more than once, saying so in the words of a
+    mask when ``e`` looks like one (only 0s and 1s, one per row)."""
+    if e.size == n_rows and np.isin(e, (0, 1)).all():
+        raise ValueError(f"eval_rows holds {n_rows} values of 0 and 1, one per row: a mask of integers, read as "
+                         "row indices naming rows 0 and 1 more than once; give the mask as booleans "
+                         "(mask.astype(bool))")
+    values, counts = np.unique(e, return_counts=True)
+    raise ValueError(f"eval_rows holds row index {int(values[counts > 1][0])} more than once")
 
 
 def eligible_positions(active, is_eval):

@@ -104,7 +104,8 @@ def encode_choices(y, n_items, K):
                          f"{y.dtype}")
     if y.size and (y.min() < 0 or y.max() >= K):
         bad = y[(y < 0) | (y >= K)][0]
-        raise ValueError(f"y holds {bad!r}, not a candidate position of items with K={K} candidates (0..{K - 1})")
+        raise ValueError(f"y holds {bad.item()!r}, not a candidate position of items with K={K} candidates "
+                         f"(0..{K - 1})")
     return y.astype(np.int32)
 
 
