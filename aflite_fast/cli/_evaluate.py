@@ -3,7 +3,7 @@ import os
 import sys
 
 from aflite_fast.cli._args import HelpFormatter, add_flag, cap_threads, positive_int
-from aflite_fast.cli._filter import add_groups_arguments, add_input_arguments
+from aflite_fast.cli._inputs import add_groups_arguments, add_input_arguments
 
 PARAMETER_FLAGS = {"features": "--features", "cv": "--cv", "n_random": "--n-random", "groups": "--groups",
                    "random_state": "--seed", "n_jobs": "--n-jobs", "keep": "DIR/keep.npy"}
@@ -124,7 +124,7 @@ def run(args):
     from aflite_fast.io.labelfile import read_labels_file
     from aflite_fast.io.watch import InputWatch
     from aflite_fast.cli._figure import REPORT_JSON, REPORT_PNG, draw_report, read_report, require_matplotlib
-    from aflite_fast.cli._filter import _read_groups, resolve_labels
+    from aflite_fast.cli._inputs import read_groups, resolve_labels
 
     prog = "aflite-fast evaluate"
     out_dir = os.fspath(args.dir)
@@ -135,7 +135,7 @@ def run(args):
                         ("--features", args.features)])
     X = open_embeddings(args.embeddings, args.column)
     y = read_labels_file(args.labels, column=args.labels_column, header=args.labels_header)
-    groups = None if args.groups is None else _read_groups(args)
+    groups = None if args.groups is None else read_groups(args)
     with OutputSet(out_dir, [REPORT_JSON], label="DIR", extend=True, before_commit=watch.check) as out:
         # under DIR's lock; DIR/NAME still resolves to the committed set until the switch
         report = read_report(out_dir)

@@ -3,11 +3,14 @@ import os
 import sys
 import time
 import warnings
+from dataclasses import dataclass
 
-from aflite_fast.core.loss_names import LOSS_NAMES
 from aflite_fast.filtering.modes import NULL_MODES, REMOVE_MODES, STOP_RULES, TIE_BREAKS
 from aflite_fast._version import __version__
+from aflite_fast.io.atomic import OutputSet
 from aflite_fast.cli._args import HelpFormatter, add_flag, cap_threads, memory_size, positive_int, positive_seconds
+from aflite_fast.cli._inputs import (add_groups_arguments, add_input_arguments, add_model_arguments, loss_params,
+                                     read_eval_rows, read_groups, resolve_labels, train_size_arg)
 
 #: Files the command writes into --out, switched in together (aflite_fast.io.atomic).
 OUTPUT_NAMES = ("keep.npy", "scores.npy", "report.json")
@@ -71,84 +74,6 @@ LABELS (and --groups) may also be a table (Arrow, Hugging Face dataset, Parquet)
 included: --labels-column NAME (--groups-column NAME) names its column. When EMB is the table
 holding the labels, LABELS may be left out: --labels-column NAME alone reads them from EMB.
 """
-
-
-def train_size_arg(text):
-    """An int (rows) or a float in (0, 1) (fraction of the active rows); a whole number written
-    as a float (``1e3``, ``2.0``) is refused with the integer to write instead."""
-    import argparse
-
-    try:
-        return int(text)
-    except ValueError:
-        pass
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if 0 < value < 1:
-        return value
-    if value >= 1 and value.is_integer():
-        raise argparse.ArgumentTypeError(f"{text!r} is neither a whole number of rows (write {int(value)}) nor a "
-                                         "fraction in (0, 1)")
-    raise argparse.ArgumentTypeError(f"must be a whole number of rows or a fraction in (0, 1), got {text!r}")
-
-
-def add_input_arguments(p, labels_help="labels: .npy/.npz, or text/CSV (see below)"):
-    """EMB, LABELS and the options of a labels file (``filter``, ``oof`` and ``label-issues``
-    read them alike)."""
-    p.add_argument("embeddings", metavar="EMB",
-                   help="embeddings: EMB.npy, EMB.npz[:KEY], a directory or glob of .npy shards, "
-                        "EMB.safetensors[:KEY], a Hugging Face dataset saved with save_to_disk or an "
-                        ".arrow file, a .parquet file or directory (docs/formats.md)")
-    p.add_argument("labels", metavar="LABELS", nargs="?", default=None,
-                   help=f"{labels_help}; may be left out when EMB is a table holding the labels: "
-                        "--labels-column NAME then reads them from EMB")
-    p.add_argument("--column", default=None, metavar="NAME",
-                   help="the embedding column of a table EMB (Arrow, Hugging Face dataset, Parquet); "
-                        "needed when it has several list columns")
-    p.add_argument("--labels-column", default=None, metavar="NAME|INDEX",
-                   help="label column of a CSV/TSV labels file: a header name (with "
-                        "--labels-header) or a 0-based index; or of a table LABELS (which may be "
-                        "EMB itself)")
-    p.add_argument("--labels-header", action="store_true",
-                   help="the first line of the labels file names its columns")
-
-
-def resolve_labels(args):
-    """``args.labels``, set to EMB when LABELS was left out and ``--labels-column`` names a
-    column of the table EMB; ValueError saying what to give otherwise."""
-    if args.labels is not None:
-        return args.labels
-    from aflite_fast.io.formats import is_table
-
-    if args.labels_column is None:
-        raise ValueError("LABELS is missing: give a labels file, or --labels-column NAME to read the labels "
-                         "from a column of the table EMB")
-    if not is_table(args.embeddings):
-        raise ValueError(f"LABELS is missing and EMB {args.embeddings!r} is not a table (Arrow, Hugging Face "
-                         "dataset, Parquet) whose --labels-column could hold them: give LABELS")
-    args.labels = args.embeddings
-    return args.labels
-
-
-def add_model_arguments(p):
-    """The linear models' options: --C, --loss, --transition, --max-iter."""
-    p.add_argument("--C", type=float, default=1.0, help="inverse L2 strength (scikit-learn's C)")
-    p.add_argument("--loss", choices=LOSS_NAMES, default="ce", help="training loss")
-    p.add_argument("--transition", metavar="T.npy", default=None,
-                   help="noise transition matrix for --loss forward: C x C .npy, T[i, j] = "
-                        "P(noisy label j | true label i), classes in sorted label order")
-    p.add_argument("--max-iter", type=positive_int, default=1000, help="L-BFGS steps per model at most")
-
-
-def add_groups_arguments(p, help):
-    """--groups FILE (``help`` says what the command does with it) and the options of its file."""
-    p.add_argument("--groups", default=None, metavar="FILE", help=help)
-    p.add_argument("--groups-column", default=None, metavar="NAME|INDEX",
-                   help="group column of a CSV/TSV groups file, as --labels-column")
-    p.add_argument("--groups-header", action="store_true",
-                   help="the first line of the groups file names its columns")
 
 
 def add_parser(subparsers):
@@ -233,73 +158,43 @@ def add_parser(subparsers):
     return p
 
 
-def _read_groups(args):
-    """Group ids of --groups FILE, read as LABELS files are; errors name the flag."""
-    from aflite_fast.io.labelfile import read_labels_file
-
-    try:
-        return read_labels_file(args.groups, column=args.groups_column, header=args.groups_header, kind="groups")
-    except ValueError as exc:
-        raise ValueError(f"--groups: {exc}") from None
-
-
-def read_eval_rows(path, flag="--eval-rows"):
-    """Row indices or a boolean mask from FILE: a .npy/.npz array, or text with one integer per
-    line (blank lines ignored); ValueError naming the flag."""
-    import numpy as np
-
-    from aflite_fast.io.arrayfile import open_array_file
-
-    try:
-        if str(path).endswith((".npy", ".npz")) or ".npz:" in str(path):
-            rows = np.array(open_array_file(path, "the evaluation rows"))
-        else:
-            with open(path, encoding="utf-8-sig") as f:
-                lines = [line.strip() for line in f if line.strip()]
-            try:
-                rows = np.array([int(line) for line in lines], dtype=np.int64)
-            except ValueError as exc:
-                raise ValueError(f"{path}: one integer row index per line expected ({exc})") from None
-    except OSError as exc:
-        raise ValueError(f"{flag}: cannot read {path}: {exc.strerror or exc}") from None
-    except ValueError as exc:
-        raise ValueError(f"{flag}: {exc}") from None
-    return rows
-
-
-def _loss_params(args, n_classes):
-    """The ``loss_params`` of --loss/--transition; ValueError naming the flag when they clash."""
-    if args.loss != "forward":
-        if args.transition is not None:
-            raise ValueError(f"--transition applies to --loss forward only (got --loss {args.loss})")
-        return None
-    if args.transition is None:
-        raise ValueError(f"--loss forward needs --transition T.npy (a {n_classes} x {n_classes} "
-                         "noise transition matrix)")
-    import numpy as np
-
-    from aflite_fast.io.arrayfile import open_array_file
-
-    try:
-        T = np.array(open_array_file(args.transition, "the transition matrix"))
-    except ValueError as exc:  # names the file and the problem (a text file is not unpickled)
-        raise ValueError(f"--transition: {exc}") from None
-    return {"T": T}
-
-
 def run(args):
-    from aflite_fast.filtering.loop import aflite
-    from aflite_fast.phase.evaluation_rows import eval_mask
-    from aflite_fast.io.labelfile import read_labels_file
-    from aflite_fast.io.inputs import open_embeddings
-    from aflite_fast.io.atomic import OutputSet
-    from aflite_fast.io.watch import InputWatch
-    from aflite_fast.core.solver_status import NOT_CONVERGED_MESSAGE, total_status
-    from aflite_fast.filtering.chance import ChanceWarning, chance_line
-    from aflite_fast.io.fingerprint import labels_digest
-
+    """parse -> problem -> run -> write: the files read and the flags checked
+    (:func:`_read_inputs`), the backend (local, or the cluster of ``--scheduler``), the filter
+    (:func:`_filter`) and the output set (:func:`_write`), then the summary."""
     prog = "aflite-fast filter"
     start = time.perf_counter()
+    inputs = _read_inputs(args, prog)
+    with _backend(args, inputs.params["n_jobs"]) as backend:
+        # Entered before the first phase: an unwritable or busy --out fails now, not at the end.
+        with OutputSet(args.out, OUTPUT_NAMES + ((PLOT_NAME,) if args.plot else ()), label="--out",
+                       before_commit=inputs.watch.check) as out:
+            result = _filter(args, inputs, backend)
+            report = _write(out, args, inputs, result, time.perf_counter() - start)
+    _summarize(args, prog, inputs, result, report)
+    return 0
+
+
+@dataclass
+class _Inputs:
+    """What the command read from its files and flags (:func:`_read_inputs`)."""
+
+    X: object
+    y: object
+    groups: object
+    eval_rows: object
+    loss_params: object
+    params: dict
+    watch: object
+
+
+def _read_inputs(args, prog):
+    """The files of the command, opened and read, and the checks of flags that only the command
+    line has; the library checks the rest (its messages name the flags: PARAMETER_FLAGS)."""
+    from aflite_fast.io.inputs import open_embeddings
+    from aflite_fast.io.labelfile import read_labels_file
+    from aflite_fast.io.watch import InputWatch
+
     # checked again before the outputs are committed (the run checks EMB at every phase too)
     resolve_labels(args)
     watch = InputWatch([("EMB", args.embeddings), ("LABELS", args.labels), ("--groups", args.groups),
@@ -307,17 +202,16 @@ def run(args):
                         ("--features", args.features)])
     X = open_embeddings(args.embeddings, args.column, items=True)
     y = read_labels_file(args.labels, column=args.labels_column, header=args.labels_header)
-    n_rows = X.shape[0]
-    if args.target_size >= n_rows:
+    if args.target_size >= X.shape[0]:
         # nothing to filter: an error rather than a run that keeps every row
         raise ValueError(f"--target-size ({args.target_size}) must be smaller than the number of "
-                         f"rows of {args.embeddings} ({n_rows}); nothing would be filtered")
+                         f"rows of {args.embeddings} ({X.shape[0]}); nothing would be filtered")
     if args.groups is None:
         for flag, given in (("--remove group", args.remove == "group"), ("--groups-column", args.groups_column),
                             ("--groups-header", args.groups_header)):
             if given:
                 raise ValueError(f"{flag} needs --groups FILE")
-    groups = None if args.groups is None else _read_groups(args)
+    groups = None if args.groups is None else read_groups(args)
     if args.eval_only_score and args.eval_rows is None:
         raise ValueError("--eval-only-score needs --eval-rows FILE")
     eval_rows = None if args.eval_rows is None else read_eval_rows(args.eval_rows)
@@ -329,12 +223,11 @@ def run(args):
         from aflite_fast.cli._figure import require_matplotlib
 
         require_matplotlib()  # fail before the run, not after it
-    import numpy as np
-
     if args.position_bias and X.ndim != 3:
         raise ValueError(f"--position-bias applies to a multiple-choice EMB (items x candidates x features); "
                          f"{args.embeddings} is {X.ndim}-D")
-    loss_params = _loss_params(args, X.shape[1] if X.ndim == 3 else len(np.unique(y)))
+    import numpy as np
+
     params = dict(target_size=args.target_size, n_partitions=args.n_partitions,
                   train_size=args.train_size, slice_size=args.slice_size, tau=args.tau, C=args.C,
                   loss=args.loss, max_memory=args.max_memory, random_state=args.seed,
@@ -343,84 +236,112 @@ def run(args):
                   chance_check=args.chance_check, tie_break=args.tie_break)
     if X.ndim == 3:
         params["position_bias"] = args.position_bias
-    extra = {}
-    if args.scheduler:
-        from aflite_fast.phase.dask_backend import close_client, connect_scheduler  # needs the optional dask
+    return _Inputs(X=X, y=y, groups=groups, eval_rows=eval_rows,
+                   loss_params=loss_params(args, X.shape[1] if X.ndim == 3 else len(np.unique(y))),
+                   params=params, watch=watch)
 
-        extra = dict(backend="dask", client=connect_scheduler(args.scheduler, args.scheduler_timeout))
-    try:
-        # Entered before the first phase: an unwritable or busy --out fails now, not at the end.
-        with OutputSet(args.out, OUTPUT_NAMES + ((PLOT_NAME,) if args.plot else ()), label="--out",
-                       before_commit=watch.check) as out:
-            with warnings.catch_warnings():
-                # counted in the history; the note below says it once, in the CLI's words
-                warnings.filterwarnings("ignore", message=NOT_CONVERGED_MESSAGE)
-                warnings.simplefilter("ignore", ChanceWarning)  # said below, in one line
-                result = aflite(X, y, progress=not args.quiet, loss_params=loss_params, groups=groups,
-                                checkpoint=args.checkpoint, eval_rows=eval_rows,
-                                eval_only_score=args.eval_only_score, **params, **extra)
-            seconds = time.perf_counter() - start
-            history = [h.as_dict() for h in result.history]
-            solver_status = total_status(h["solver_status"] for h in history)
-            out.save_npy("keep.npy", result.keep)
-            out.save_npy("scores.npy", result.scores)
-            report = {
-                "aflite_fast_version": __version__,
-                "command": "filter",
-                "embeddings": os.path.abspath(args.embeddings), "column": args.column,
-                "labels": os.path.abspath(args.labels),
-                "labels_column": args.labels_column, "labels_header": args.labels_header,
-                "transition": None if args.transition is None else os.path.abspath(args.transition),
-                "n_rows": int(n_rows), "n_features": int(X.shape[-1]), "dtype": str(X.dtype),
-                "x_sha256": result.fingerprint, "labels_sha256": labels_digest(y),
-                "n_candidates": int(X.shape[1]) if X.ndim == 3 else None,
-                "n_classes": int(len(result.classes)),
-                "parameters": params,
-                "n_kept": int(result.keep.size), "n_removed": int(result.removed.size),
-                "stop_reason": result.stop_reason,
-                "seconds": seconds,
-                "solver_status": solver_status,
-                "history": history,
-                "groups": None if args.groups is None else os.path.abspath(args.groups),
-                "groups_column": args.groups_column, "groups_header": args.groups_header,
-                "checkpoint": None if args.checkpoint is None else os.path.abspath(args.checkpoint),
-                "resumed_from_phase": result.resumed_from,
-                "eval_rows": None if eval_rows is None else {
-                    "path": os.path.abspath(args.eval_rows), "only_score": args.eval_only_score,
-                    "n_eval": int(np.count_nonzero(eval_mask(eval_rows, n_rows)))},
-                "classes": result.classes.tolist(),
-                "class_counts": {"kept": result.kept_per_class.tolist(),
-                                 "removed": result.removed_per_class.tolist()},
-                "chance_check": None if result.chance is None else result.chance.as_dict(),
-            }
-            if args.evaluate:
-                from aflite_fast.cli._evaluate import evaluation_of
 
-                report["evaluation"] = evaluation_of(X, y, result.keep, report, features=args.features,
-                                                     groups=groups, seed=args.seed, n_jobs=params["n_jobs"])
-            out.save_json("report.json", report)
-            if args.plot:
-                from aflite_fast.cli._figure import draw_report
+def _backend(args, n_jobs):
+    """The phases' backend: this machine, or the Dask cluster of ``--scheduler`` (connected as
+    the API's ``DaskBackend.connect`` connects, closed when the command ends)."""
+    from aflite_fast.phase.backends import DaskBackend, LocalBackend
 
-                out.write(PLOT_NAME, lambda path: draw_report(report, path))
-    finally:
-        if extra:
-            close_client(extra["client"])
+    if args.scheduler:  # needs the optional dask
+        return DaskBackend.connect(args.scheduler, n_jobs=n_jobs, timeout=args.scheduler_timeout)
+    return LocalBackend(n_jobs)
+
+
+def _filter(args, inputs, backend):
+    """The library's run on the command's inputs; its warnings are said by the summary instead."""
+    from aflite_fast.core.solver_status import NOT_CONVERGED_MESSAGE
+    from aflite_fast.filtering.chance import ChanceWarning
+    from aflite_fast.filtering.loop import aflite
+
+    params = {k: v for k, v in inputs.params.items() if k != "n_jobs"}  # the backend's threads
+    with warnings.catch_warnings():
+        # counted in the history; the summary says it once, in the command line's words
+        warnings.filterwarnings("ignore", message=NOT_CONVERGED_MESSAGE)
+        warnings.simplefilter("ignore", ChanceWarning)  # said by the summary, in one line
+        return aflite(inputs.X, inputs.y, progress=not args.quiet, loss_params=inputs.loss_params,
+                      groups=inputs.groups, checkpoint=args.checkpoint, eval_rows=inputs.eval_rows,
+                      eval_only_score=args.eval_only_score, backend=backend, **params)
+
+
+def _write(out, args, inputs, result, seconds):
+    """keep.npy, scores.npy, report.json (and report.png) into the output set; returns the report."""
+    import numpy as np
+
+    from aflite_fast.core.solver_status import total_status
+    from aflite_fast.io.fingerprint import labels_digest
+    from aflite_fast.phase.evaluation_rows import eval_mask
+
+    X, n_rows = inputs.X, inputs.X.shape[0]
+    history = [h.as_dict() for h in result.history]
+    out.save_npy("keep.npy", result.keep)
+    out.save_npy("scores.npy", result.scores)
+    report = {
+        "aflite_fast_version": __version__,
+        "command": "filter",
+        "embeddings": os.path.abspath(args.embeddings), "column": args.column,
+        "labels": os.path.abspath(args.labels),
+        "labels_column": args.labels_column, "labels_header": args.labels_header,
+        "transition": None if args.transition is None else os.path.abspath(args.transition),
+        "n_rows": int(n_rows), "n_features": int(X.shape[-1]), "dtype": str(X.dtype),
+        "x_sha256": result.fingerprint, "labels_sha256": labels_digest(inputs.y),
+        "n_candidates": int(X.shape[1]) if X.ndim == 3 else None,
+        "n_classes": int(len(result.classes)),
+        "parameters": inputs.params,
+        "n_kept": int(result.keep.size), "n_removed": int(result.removed.size),
+        "stop_reason": result.stop_reason,
+        "seconds": seconds,
+        "solver_status": total_status(h["solver_status"] for h in history),
+        "history": history,
+        "groups": None if args.groups is None else os.path.abspath(args.groups),
+        "groups_column": args.groups_column, "groups_header": args.groups_header,
+        "checkpoint": None if args.checkpoint is None else os.path.abspath(args.checkpoint),
+        "resumed_from_phase": result.resumed_from,
+        "eval_rows": None if inputs.eval_rows is None else {
+            "path": os.path.abspath(args.eval_rows), "only_score": args.eval_only_score,
+            "n_eval": int(np.count_nonzero(eval_mask(inputs.eval_rows, n_rows)))},
+        "classes": result.classes.tolist(),
+        "class_counts": {"kept": result.kept_per_class.tolist(),
+                         "removed": result.removed_per_class.tolist()},
+        "chance_check": None if result.chance is None else result.chance.as_dict(),
+    }
+    if args.evaluate:
+        from aflite_fast.cli._evaluate import evaluation_of
+
+        report["evaluation"] = evaluation_of(X, inputs.y, result.keep, report, features=args.features,
+                                             groups=inputs.groups, seed=args.seed, n_jobs=inputs.params["n_jobs"])
+    out.save_json("report.json", report)
+    if args.plot:
+        from aflite_fast.cli._figure import draw_report
+
+        out.write(PLOT_NAME, lambda path: draw_report(report, path))
+    return report
+
+
+def _summarize(args, prog, inputs, result, report):
+    """The lines the command prints: the chance check's warning (also with --quiet), the solver's
+    note, what was kept and written, the verdict of --evaluate."""
+    from aflite_fast.filtering.chance import chance_line
+
     line = chance_line(result.chance, args.stop)
     if line:  # a warning: printed with --quiet too
         print(f"{prog}: warning: {line}", file=sys.stderr)
-    if not args.quiet:
-        failed = sum(count for name, count in solver_status.items() if name != "converged")
-        if failed:
-            detail = ", ".join(f"{k}: {v}" for k, v in solver_status.items() if k != "converged" and v)
-            print(f"{prog}: note: {failed} of {sum(solver_status.values())} models did not converge "
-                  f"({detail}; per phase in report.json); raise --max-iter or standardize the "
-                  "embeddings", file=sys.stderr)
-        print(f"{prog}: kept {result.keep.size} of {n_rows} rows in "
-              f"{len(result.history)} phase(s), {seconds:.1f} s ({result.stop_reason}); "
-              f"{f'resumed from phase {result.resumed_from}; ' if result.resumed_from else ''}"
-              f"wrote {os.path.join(args.out, 'keep.npy')}, scores.npy, report.json"
-              f"{', report.png' if args.plot else ''}", file=sys.stderr)
-        if args.evaluate:
-            print(f"{prog}: {report['evaluation']['summary']}", file=sys.stderr)
-    return 0
+    if args.quiet:
+        return
+    solver_status = report["solver_status"]
+    failed = sum(count for name, count in solver_status.items() if name != "converged")
+    if failed:
+        detail = ", ".join(f"{k}: {v}" for k, v in solver_status.items() if k != "converged" and v)
+        print(f"{prog}: note: {failed} of {sum(solver_status.values())} models did not converge "
+              f"({detail}; per phase in report.json); raise --max-iter or standardize the "
+              "embeddings", file=sys.stderr)
+    print(f"{prog}: kept {result.keep.size} of {inputs.X.shape[0]} rows in "
+          f"{len(result.history)} phase(s), {report['seconds']:.1f} s ({result.stop_reason}); "
+          f"{f'resumed from phase {result.resumed_from}; ' if result.resumed_from else ''}"
+          f"wrote {os.path.join(args.out, 'keep.npy')}, scores.npy, report.json"
+          f"{', report.png' if args.plot else ''}", file=sys.stderr)
+    if args.evaluate:
+        print(f"{prog}: {report['evaluation']['summary']}", file=sys.stderr)

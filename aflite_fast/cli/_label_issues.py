@@ -4,7 +4,7 @@ import sys
 import time
 
 from aflite_fast.cli._args import HelpFormatter, add_flag, cap_threads, memory_size, non_negative_int, positive_int
-from aflite_fast.cli._filter import add_input_arguments
+from aflite_fast.cli._inputs import add_input_arguments
 
 #: Library parameter names -> the flags of this command, for error messages.
 PARAMETER_FLAGS = {"threshold": "--threshold", "n_issues": "--n-issues", "cv": "--cv", "C": "--C",
@@ -86,7 +86,7 @@ def run(args):
     from aflite_fast.io.atomic import write_file_atomically
     from aflite_fast.io.labelfile import read_labels_file
     from aflite_fast.filtering.label_issues import filter_label_issues
-    from aflite_fast.cli._filter import resolve_labels
+    from aflite_fast.cli._inputs import resolve_labels
 
     prog = "aflite-fast label-issues"
     start = time.perf_counter()

@@ -38,7 +38,7 @@ table (EMB's own included) named by --labels-column (--groups-column).
 
 def add_parser(subparsers):
     """Register the ``oof`` subcommand and return its parser."""
-    from aflite_fast.cli._filter import add_groups_arguments, add_input_arguments, add_model_arguments, train_size_arg
+    from aflite_fast.cli._inputs import add_groups_arguments, add_input_arguments, add_model_arguments, train_size_arg
 
     p = subparsers.add_parser(
         "oof", help="out-of-fold probabilities (N x C .npy) for cleanlab and other label-error tools",
@@ -91,7 +91,7 @@ def run(args):
     from aflite_fast.io.watch import InputWatch
     from aflite_fast.filtering.oof import oof_run
     from aflite_fast.core.solver_status import status_counts
-    from aflite_fast.cli._filter import _loss_params, _read_groups, resolve_labels
+    from aflite_fast.cli._inputs import loss_params, read_groups, resolve_labels
 
     prog = "aflite-fast oof"
     start = time.perf_counter()
@@ -108,10 +108,10 @@ def run(args):
                         ("--transition", args.transition)])
     X = open_embeddings(args.embeddings, args.column)
     y = read_labels_file(args.labels, column=args.labels_column, header=args.labels_header)
-    groups = None if args.groups is None else _read_groups(args)
+    groups = None if args.groups is None else read_groups(args)
     import numpy as np
 
-    loss_params = _loss_params(args, len(np.unique(y)))
+    loss_params = loss_params(args, len(np.unique(y)))
     with warnings.catch_warnings():
         # rows never held out (partitions): said once below, in the command's words
         warnings.simplefilter("ignore", RuntimeWarning)

@@ -118,12 +118,14 @@ class DaskBackend:
         self._owned = False
 
     @classmethod
-    def connect(cls, scheduler, n_jobs=None):
+    def connect(cls, scheduler, n_jobs=None, timeout=None):
         """A backend on the cluster at ``scheduler`` (an address, a scheduler file, or ``"local"`` /
-        ``"local:N"``: see :func:`aflite_fast.phase.dask_backend.connect`), closed by :meth:`close`."""
-        from aflite_fast.phase.dask_backend import connect
+        ``"local:N"``), closed by :meth:`close`; a ValueError within ``timeout`` seconds (default
+        :data:`aflite_fast.phase.dask_backend.CONNECT_TIMEOUT`) when no dask scheduler answers
+        there (:func:`aflite_fast.phase.dask_backend.connect_scheduler`, which says why)."""
+        from aflite_fast.phase.dask_backend import connect_scheduler
 
-        backend = cls(connect(scheduler), n_jobs)
+        backend = cls(connect_scheduler(scheduler, timeout), n_jobs)
         backend._owned = True
         return backend
 
