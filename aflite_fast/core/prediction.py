@@ -19,18 +19,13 @@ def stack_weights(coef):
     return np.ascontiguousarray(coef.transpose(1, 2, 0).reshape(D, C * B), dtype=np.float32)
 
 
-def predict_tile_rows(n_models, n_classes):
-    """Rows of one prediction tile: ``_kernel.predict_tile_bytes()`` of logits, at least
-    ``_kernel.predict_min_tile_rows()`` rows (never more than the rows of the call)."""
-    return max(_kernel.predict_min_tile_rows(), _kernel.predict_tile_bytes() // (4 * n_models * n_classes))
-
-
 def predict_accumulate(Xa, y, heldout, W, n_classes, seen, correct, prob_label,
                        proba_sum=None, n_threads=1, group=1):
     """Accumulate held-out predictions of the models in ``W`` (see ``stack_weights``).
 
-    Logits are computed a tile of :func:`predict_tile_rows` rows at a time, at most the rows
-    given, so a call's scratch grows with its rows up to a fixed cap.  With ``group`` = K > 1
+    Logits are computed a tile at a time (``_kernel.predict_tile_bytes()`` of logits, at least
+    ``_kernel.predict_min_tile_rows()`` rows, at most the rows given), so a call's scratch grows
+    with its rows up to a fixed cap.  With ``group`` = K > 1
     (``n_classes`` 1) ``Xa`` holds K candidate rows per item and the other arrays are per item
     (``proba_sum`` (items, K)): an item's prediction is its highest-scoring candidate."""
     if proba_sum is None:
