@@ -181,3 +181,12 @@ def test_safetensors_well_formed_with_padding_reads_the_rows(rows):
     entry = {"dtype": "F32", "shape": [200, 4], "data_offsets": [0, X.nbytes]}
     path = write_safetensors(tmp_path / "good.safetensors", entry, X.tobytes(), padding=64)
     assert np.asarray(open_embeddings(str(path))[:]).tobytes() == X.tobytes()
+
+
+# ----------------------------------------------------------------------------- label files
+
+def test_label_file_with_lone_cr_line_endings_reads_as_lf(tmp_path):
+    (tmp_path / "lf.txt").write_bytes(b"cat\ndog\ncat\n")
+    (tmp_path / "cr.txt").write_bytes(b"cat\rdog\rcat\r")
+    np.testing.assert_array_equal(read_labels_file(tmp_path / "cr.txt"), read_labels_file(tmp_path / "lf.txt"))
+

@@ -128,7 +128,8 @@ def _delimiter(path, text):
 def _rows(text, delimiter):
     """(line number, stripped fields) of every row, blank rows as empty lists, trailing
     blank rows dropped."""
-    reader = csv.reader(io.StringIO(text), delimiter=delimiter, skipinitialspace=True)
+    # newline="": lines end at \n, \r\n or a lone \r (old Mac files), as the csv module expects
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, skipinitialspace=True)
     rows = []
     for fields in reader:
         fields = [f.strip() for f in fields]
