@@ -190,3 +190,8 @@ def test_label_file_with_lone_cr_line_endings_reads_as_lf(tmp_path):
     (tmp_path / "cr.txt").write_bytes(b"cat\rdog\rcat\r")
     np.testing.assert_array_equal(read_labels_file(tmp_path / "cr.txt"), read_labels_file(tmp_path / "lf.txt"))
 
+
+def test_label_file_with_a_nul_byte_is_refused_naming_the_line(tmp_path):
+    (tmp_path / "nul.txt").write_bytes(b"0\n1\n\x00\n1\n")
+    with pytest.raises(ValueError, match=r"line 3 of the labels file .*nul.txt.* NUL byte"):
+        read_labels_file(tmp_path / "nul.txt")
