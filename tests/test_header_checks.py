@@ -7,6 +7,7 @@ a. ``.npy``: a negative dimension, a shape whose size overflows int64 or a non-i
 b. safetensors: a negative or reversed ``data_offsets`` (which would read rows out of the
    header's padding, every later row shifted by one), a negative, fractional or boolean
    shape, and offsets or shapes that are not lists of integers are refused naming the tensor.
+c. Label text: a lone CR ends a line as LF does; a NUL byte is refused naming its line.
 """
 import json
 import struct
