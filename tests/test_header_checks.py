@@ -7,6 +7,7 @@ a. ``.npy``: a negative dimension, a shape whose size overflows int64 or a non-i
 b. safetensors: a negative or reversed ``data_offsets`` (which would read rows out of the
    header's padding, every later row shifted by one), a negative, fractional or boolean
    shape, and offsets or shapes that are not lists of integers are refused naming the tensor.
+c. Label text: a lone CR ends a line as LF does; a NUL byte is refused naming its line.
 """
 import json
 import struct
@@ -181,3 +182,17 @@ def test_safetensors_well_formed_with_padding_reads_the_rows(rows):
     entry = {"dtype": "F32", "shape": [200, 4], "data_offsets": [0, X.nbytes]}
     path = write_safetensors(tmp_path / "good.safetensors", entry, X.tobytes(), padding=64)
     assert np.asarray(open_embeddings(str(path))[:]).tobytes() == X.tobytes()
+
+
+# ----------------------------------------------------------------------------- label files
+
+def test_label_file_with_lone_cr_line_endings_reads_as_lf(tmp_path):
+    (tmp_path / "lf.txt").write_bytes(b"cat\ndog\ncat\n")
+    (tmp_path / "cr.txt").write_bytes(b"cat\rdog\rcat\r")
+    np.testing.assert_array_equal(read_labels_file(tmp_path / "cr.txt"), read_labels_file(tmp_path / "lf.txt"))
+
+
+def test_label_file_with_a_nul_byte_is_refused_naming_the_line(tmp_path):
+    (tmp_path / "nul.txt").write_bytes(b"0\n1\n\x00\n1\n")
+    with pytest.raises(ValueError, match=r"line 3 of the labels file .*nul.txt.* NUL byte"):
+        read_labels_file(tmp_path / "nul.txt")

@@ -64,7 +64,7 @@ Exit codes: 0 done; 2 bad input (one line on stderr, DIR unchanged); 130 Ctrl-C,
 
 _EPILOG = """\
 LABELS files: a .npy/.npz array, or UTF-8 text with one row per line of EMB (a byte-order mark
-is dropped). Fields are separated by commas (csv quoting), or by tabs in a .tsv file or one
+is dropped; lines end with LF, CRLF or CR; a NUL byte is an error). Fields are separated by commas (csv quoting), or by tabs in a .tsv file or one
 with tabs and no commas. A file with several columns needs --labels-column (a header name with
 --labels-header, or a 0-based index); a first line that names columns needs --labels-header.
 Blank lines are an error, except at the end. If every label is a number they are read as

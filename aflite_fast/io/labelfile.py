@@ -10,7 +10,8 @@ c. ``header=True``: the first line names the columns.
 d. A file with one column holds the labels.  A file with several is refused unless
    ``column`` chooses one: a name from the header, or a 0-based index.  (An ``id,label`` file
    read as "the first field" used the ids as labels, silently.)
-e. Every row has the same number of fields and a non-empty label.  Blank lines at the end
+e. Every row has the same number of fields and a non-empty label; a NUL byte anywhere is
+   refused (the file is binary or damaged).  Blank lines at the end
    are ignored; a blank line before the last label is an error naming the line, since
    skipping it would shift every later label onto the wrong row.
 f. If every label is a number, labels are numbers: ``1``, ``1.0`` and ``01`` are one class
@@ -112,6 +113,10 @@ def read_labels_file(path, *, column=None, header=False, kind="labels"):
             text = fh.read()
     except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"cannot read {kind.plural} from {path!r}: {exc}") from exc
+    if "\x00" in text:  # a binary file, or one damaged: no label holds a NUL
+        line = text.count("\n", 0, text.index("\x00")) + 1
+        raise ValueError(f"line {line} of the {kind.plural} file {path!r} holds a NUL byte: it is not a text file "
+                         "of labels")
     try:
         rows = _rows(text, _delimiter(path, text))
     except csv.Error as exc:
@@ -128,7 +133,8 @@ def _delimiter(path, text):
 def _rows(text, delimiter):
     """(line number, stripped fields) of every row, blank rows as empty lists, trailing
     blank rows dropped."""
-    reader = csv.reader(io.StringIO(text), delimiter=delimiter, skipinitialspace=True)
+    # newline="": lines end at \n, \r\n or a lone \r (old Mac files), as the csv module expects
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, skipinitialspace=True)
     rows = []
     for fields in reader:
         fields = [f.strip() for f in fields]
