@@ -10,7 +10,7 @@
  *     Each loss only supplies its value and w.
  *  C. Forward correction (Patrini et al. 2017) has its own branch: loss -log((T^T p)_y),
  *     evaluated in the log domain so that it stays finite and consistent with its gradient.
- *  D. A user loss is a C function pointer (e.g. a numba.cfunc, see aflite_fast/user_loss.py)
+ *  D. A user loss is a C function pointer (e.g. a numba.cfunc, see aflite_fast/core/user_losses.py)
  *     with the signature of afl_user_weight_fn: it returns L(p_y) and writes w(p_y).
  *  E. Arithmetic is in double; logits arrive in float32 from the member pass.  Log-probabilities
  *     come from the log-sum-exp of the logits, never from log(p) of an underflowed p, so
@@ -56,7 +56,7 @@ static inline double afl_forward_loss(int C, const double *T, const float *z, in
     for (int c = 0; c < C; c++)
         if (T[c * C + y] > 0.0 && (double)z[c] > m) m = z[c];
     if (m == -INFINITY) {
-        /* label y cannot be produced by T (rejected by losses.py; kept finite-safe here) */
+        /* label y cannot be produced by T (rejected by core/losses.py; kept finite-safe here) */
         for (int c = 0; c < C; c++) g[c] = 0.0f;
         return INFINITY;
     }
@@ -95,7 +95,7 @@ static inline double afl_row_loss(int code, const double *params, afl_user_weigh
     case AFL_LOSS_GCE_TRUNC: {
         /* Zhang & Sabuncu 2018, truncated L_q: rows with p_y <= k sit on the constant L_q(k)
          * (zero gradient: pruned).  From a uniform start every p_y = 1/C <= k, so this loss
-         * must be warm-started (losses.LossSpec.warmup; see losses.py). */
+         * must be warm-started (losses.LossSpec.warmup; see core/losses.py). */
         double q = params[0], k = params[1];
         if (py > k) { double pq = pow(py, q); loss = (1.0 - pq) / q; w = pq; }
         else { loss = (1.0 - pow(k, q)) / q; w = 0.0; }

@@ -581,7 +581,7 @@ def test_npy_headers_read_as_numpy_or_refused(case):
         # embeddings: 2-D numeric files through the row reader (positioned reads or a map)
         if reference is not None and reference.ndim == 2 and 0 not in reference.shape \
                 and reference.dtype.kind in "fiub":
-            from aflite_fast.data import open_embeddings
+            from aflite_fast.io.inputs import open_embeddings
 
             _read_or_refuse(lambda: np.asarray(open_embeddings(path)[:]), path, reference)
 
@@ -714,7 +714,7 @@ def test_safetensors_headers_read_to_the_specification_or_refused(case):
     """A safetensors file is read as its header describes it, bitwise (any dtype, key order,
     separators, padding, another tensor or metadata), or refused with one ValueError: never rows
     from the header's padding or another tensor's bytes."""
-    from aflite_fast.data import open_embeddings
+    from aflite_fast.io.inputs import open_embeddings
 
     raw, key, mutation = case
     with tempfile.TemporaryDirectory() as tmp:
@@ -878,7 +878,7 @@ def test_table_schemas_read_as_pyarrow_or_refused(case):
     """An Arrow or Parquet embedding column is read as pyarrow decodes it, bitwise (list,
     large list or fixed-size list of any numeric type, any batch or row-group size, compression,
     column order or schema metadata), or refused with one ValueError."""
-    from aflite_fast.data import open_embeddings
+    from aflite_fast.io.inputs import open_embeddings
 
     write, fault = case
     column = "vec" if fault == "no_column" else "emb"

@@ -34,7 +34,7 @@ H. Multiple choice (``group`` = K > 1, one output per row): a model is a linear 
    same member pass and prediction serve it (afl_member.h, E), the last ``n_free`` rows of
    each model unpenalised (the intercept of classification; the position biases).
 
-Every array argument is marked IN or OUT; outputs are allocated by the caller (kernel.py).
+Every array argument is marked IN or OUT; outputs are allocated by the caller (core/solver.py, core/prediction.py, core/layout.py).
 """
 from libc.stdlib cimport malloc, free
 from posix.stdlib cimport posix_memalign

@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
-"""Row-level helpers of the filtering path, compiled at build time (see ``_rows.py``).
+"""Row-level helpers of the filtering path, compiled at build time (see ``rows.py``).
 
 They run on every call (input checks, the membership matrix of a phase), so they are
 prebuilt rather than compiled at run time: a new process pays no compilation for them.
