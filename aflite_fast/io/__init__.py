@@ -15,6 +15,9 @@
   a run.
 - :mod:`.atomic`: output sets switched in with one rename, and single files written
   atomically.
-
-:mod:`aflite_fast.io.inputs` opens and validates embeddings through these readers.
+- :mod:`.inputs`: embeddings opened and validated through these readers (``open_embeddings``),
+  labels encoded, the validation scan, rows gathered by sorted index in chunks;
+  :mod:`.rows` (+ the compiled ``_rowscan``): the row helpers (NaN/inf scans, the membership
+  matrix); :mod:`.scale`: X's scale, measured when a model fails; :mod:`.optional`: the optional
+  dependencies of the readers and the extra that installs them.
 """
