@@ -157,7 +157,6 @@ class DaskBackend:
         """:func:`~aflite_fast.phase.dask_backend.score_phase_dask` on this backend's cluster."""
         from aflite_fast.phase import dask_backend
 
-        solver.pop("workspace", None)
         return dask_backend.score_phase_dask(X, codes, active, center, train_pos, n_threads=self.n_threads,
                                              client=self.client, **solver)
 
