@@ -122,10 +122,11 @@ FIXTURES = {
 
 @pytest.fixture(scope="module")
 def fixture_dir(tmp_path_factory):
-    """A folder holding ``FIXTURES``, written once for this module."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
+    """A folder holding ``FIXTURES``, written once for this module (pyarrow and datasets, for
+    the Parquet table and the Hugging Face dataset, come with the test extras)."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    datasets = pytest.importorskip("datasets")
     from aflite_fast import oof_predict_proba
 
     base = tmp_path_factory.mktemp("docs_data")
@@ -143,7 +144,6 @@ def fixture_dir(tmp_path_factory):
     np.save(base / "emb" / "part_1.npy", X[700:])
     table = pa.table({"embedding": pa.array(list(X), type=pa.list_(pa.float32())), "label": y})
     pq.write_table(table, base / "vectors.parquet")
-    datasets = pytest.importorskip("datasets")
     datasets.Dataset.from_dict({"embedding": [row.tolist() for row in X], "label": y.tolist()}).save_to_disk(
         str(base / "my_dataset"))
     np.save(base / "probs.npy", oof_predict_proba(X, y, cv=5, random_state=0))
