@@ -180,12 +180,20 @@ def test_filtering_path_works_without_pandas(child_process):
     import subprocess
     import sys
 
-    code = ("import sys\nsys.modules['pandas'] = None  # import pandas now raises ImportError\n"
+    # a finder that refuses pandas, as when it is not installed: not sys.modules['pandas'] = None,
+    # which scikit-learn 1.7 (the last for Python 3.10) reads as an imported pandas
+    code = ("import sys\n"
+            "class NoPandas:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name.partition('.')[0] == 'pandas':\n"
+            "            raise ImportError(\"No module named 'pandas'\")\n"
+            "sys.meta_path.insert(0, NoPandas())\n"
             "import numpy as np\nfrom aflite_fast import AFLite, RobustLogisticRegression\n"
             "rng = np.random.default_rng(0)\nX = rng.standard_normal((200, 3)).astype(np.float32)\n"
             "y = (X[:, 0] > 0).astype(int)\n"
             "Xk, yk = AFLite(target_size=150, train_size=0.5, slice_size=20, n_partitions=8).fit_resample(X, y)\n"
             "pred = RobustLogisticRegression().fit(Xk, yk).predict(X)\n"
+            "assert 'pandas' not in sys.modules\n"
             "print('OK', type(Xk).__name__, pred.shape[0])\n")
     proc = subprocess.run([sys.executable, "-c", code], **child_process, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
