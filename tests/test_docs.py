@@ -277,15 +277,8 @@ def words_about_the_work(path, rules):
             for start, words, why in _matches(text, rules)]
 
 
-# benchmarks/RESULTS.md is the log of the measurements; its wording is reworked with the
-# benchmarks' reorganisation.  strict: the mark must go as soon as the file passes.
-_RESULTS_PENDING = pytest.mark.xfail(
-    strict=True, reason="benchmarks/RESULTS.md still states verdicts on work targets and the machine's other users")
-
-
 @pytest.mark.parametrize(
-    "doc", [*WITH_CODE, *[pytest.param(d, marks=_RESULTS_PENDING) if d.name == "RESULTS.md" else d
-                          for d in BENCHMARK_DOCS]], ids=lambda d: _rel(d) if isinstance(d, Path) else None)
+    "doc", [*WITH_CODE, *BENCHMARK_DOCS], ids=lambda d: _rel(d) if isinstance(d, Path) else None)
 def test_speaks_of_the_package_not_of_the_work(doc):
     rules = ABOUT_THE_WORK + (NOT_IN_USER_DOCS if doc in WITH_CODE else [])
     found = words_about_the_work(doc, rules)
