@@ -69,7 +69,7 @@ def extensions():
         sources=["aflite_fast/core/_kernel.pyx", os.path.join(CSRC, "afl_gemm.c"),
                  os.path.join(CSRC, "afl_member.c")],
         include_dirs=[CSRC],
-        depends=[os.path.join(CSRC, h) for h in ("afl_gemm.h", "afl_gemm_impl.h", "afl_losses.h",
+        depends=[os.path.join(CSRC, h) for h in ("afl_gemm.h", "afl_gemm_impl.h", "afl_exp_impl.h", "afl_losses.h",
                                                   "afl_omp.h", "afl_member.h", "afl_member_impl.h")],
     )
     # the row helpers of the filtering path (input checks, membership): no OpenMP, no csrc

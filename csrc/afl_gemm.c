@@ -1,4 +1,5 @@
 /* Deterministic SGEMM: see afl_gemm.h for the design. */
+#include <string.h>
 #include <stdlib.h>
 #include <stdint.h>
 #include "afl_omp.h"
@@ -72,8 +73,9 @@ static afl_gemm_impl afl_pick(void)
     __builtin_cpu_init();
     int avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
     int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    if (force && force[0] == 'g') { avx512 = 0; avx2 = 0; }
-    if (force && force[0] == 'a' && force[3] == '2') avx512 = 0;
+    /* exact names only (a short or unknown value leaves the machine's best path) */
+    if (force && strcmp(force, "generic") == 0) { avx512 = 0; avx2 = 0; }
+    if (force && strcmp(force, "avx2") == 0) avx512 = 0;
     if (avx512) return (afl_gemm_impl){"avx512", sgemm_avx512, pack_bytes_avx512};
     if (avx2) return (afl_gemm_impl){"avx2", sgemm_avx2, pack_bytes_avx2};
 #else

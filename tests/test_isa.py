@@ -67,8 +67,23 @@ def test_path_is_the_one_asked_for():
                         "generic path, not AVX2")
         expected = "avx2"
     else:
-        assert asked in ("", "avx512", "default"), (
+        assert asked in ("", "avx512"), (
             f"AFLITE_FAST_ISA={asked!r} is not one of avx2, generic (or avx512 / unset for the default)")
         expected = best
     assert gemm_isa() == expected, (f"AFLITE_FAST_ISA={asked!r}: the kernel runs {gemm_isa()!r}, "
                                     f"expected {expected!r} on this CPU")
+
+
+def test_an_unknown_value_is_ignored_with_a_warning(child_process):
+    """A misspelt AFLITE_FAST_ISA (a prefix, another case) leaves the best path and says so."""
+    import subprocess
+    import sys
+
+    code = ("import warnings; warnings.simplefilter('error')\n"
+            "try:\n    import aflite_fast.core.compiled\n"
+            "except RuntimeWarning as w:\n    print(w)\n")
+    env = dict(child_process["env"], AFLITE_FAST_ISA="avx")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=child_process["cwd"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "AFLITE_FAST_ISA='avx' is not one of avx512, avx2, generic: ignored" in proc.stdout

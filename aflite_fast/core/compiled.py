@@ -11,4 +11,20 @@ except ImportError as exc:  # pragma: no cover - exercised only on a broken inst
 
     raise_build_error(exc)
 
-__all__ = ["_kernel"]
+#: The values ``AFLITE_FAST_ISA`` takes (tests and benchmarks of each code path).
+ISA_NAMES = ("avx512", "avx2", "generic")
+
+
+def _check_isa_request():
+    import os
+    import warnings
+
+    asked = os.environ.get("AFLITE_FAST_ISA")
+    if asked is not None and asked not in ISA_NAMES:
+        warnings.warn(f"AFLITE_FAST_ISA={asked!r} is not one of {', '.join(ISA_NAMES)}: ignored, the kernel runs "
+                      f"its {_kernel.gemm_isa()} path", RuntimeWarning, stacklevel=3)
+
+
+_check_isa_request()
+
+__all__ = ["ISA_NAMES", "_kernel"]
