@@ -140,7 +140,9 @@ def test_class_quotas_by_hand():
     # only 2 rows of class 1 eligible: 6 rows in all (4 and 2 leave 56 and 38, 60/40 of 94 to a row);
     # 7 would leave 56 and 37, which takes 3 of class 1
     assert class_quotas([60, 40], [50, 2], [600, 400], 10).tolist() == [4, 2]
-    assert class_quotas([60, 40], [50, 0], [600, 400], 10).tolist() == [0, 0]
+    # none of class 1: one row of class 0 (59 and 40 are 60/40 of 99 to a row), and then none
+    assert class_quotas([60, 40], [50, 0], [600, 400], 10).tolist() == [1, 0]
+    assert class_quotas([59, 40], [50, 0], [600, 400], 10).tolist() == [0, 0]
     order = np.array([5, 1, 4, 0, 2, 3])
     codes = np.array([0, 0, 1, 1, 0, 0])
     taken = apply_quotas(order, 3, class_codes=codes, prior_counts=np.array([2, 1]),
