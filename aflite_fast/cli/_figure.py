@@ -2,7 +2,8 @@
 
 a. Everything drawn is read from the report written by ``aflite-fast filter``: the history
    (``n_active``, ``n_above_tau``, ``score_hist``, ``class_active``, ``class_removed`` of
-   every phase, and with ``--null`` ``null_mean`` and ``null_margin``), ``parameters`` (tau,
+   every phase, with ``--null`` ``null_mean`` and ``null_margin``, with ``--stop chance``
+   ``probe`` and ``n_put_back``), ``parameters`` (tau,
    target_size, n_null), ``classes`` and ``class_counts``; so a run can be drawn again
    later, or on another machine.
 b. The figure is a row of panels, one function each, listed in :data:`PANELS`; a panel takes
