@@ -280,3 +280,61 @@ def test_dataset_card_of_an_api_run_names_method_parameters_and_classes():
     for c, k, r in zip(res.classes, res.kept_per_class, res.removed_per_class):
         assert f"| {c} | {k + r} | {k} | {r} |" in card
     assert card.count("\n| ") - card.count("\n|---") >= len(res.history)
+
+
+def test_card_with_the_verdict_and_filter_dataset_returns_it():
+    datasets = pytest.importorskip("datasets")
+    from aflite_fast import evaluate_filter, filter_dataset
+
+    data = make_biased_circles(1000, random_state=1)
+    source = np.where(np.arange(1000) % 3 == 0, "forum", "news")
+    ds = datasets.Dataset.from_dict({"emb": list(data.X.astype(np.float32)), "label": data.y, "source": source})
+    kw = dict(target_size=500, train_size=0.5, n_partitions=8, slice_size=100, random_state=0, progress=False)
+    kept, result, card = filter_dataset(ds, "emb", "label", sources_column="source", card=True, **kw)
+    assert len(kept) == result.keep.size and result.sources.tolist() == ["forum", "news"]
+    assert "| sources_column | source |" in card and "| forum |" in card and "### Evaluation" not in card
+    assert len(filter_dataset(ds, "emb", "label", **kw)) == 2  # without card=True: as before
+    ev = evaluate_filter(data.X, data.y, result.keep, result=result, n_random=2, random_state=0)
+    card = dataset_card(result, kw, evaluation=ev)
+    assert f"Verdict: **{ev.verdict}**" in card and f"{ev.kept_balanced_accuracy:.3f}" in card
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--margin", "0.05"], "--margin applies to --stop chance"),
+    (["--max-removed", "1.5"], "--max-removed"),
+    (["--max-removed", "-2"], "--max-removed"),
+    (["--class-quota", "equal"], "--class-quota"),
+    (["--sources-header"], "--sources-header needs --sources FILE"),
+    (["--n-seeds", "0"], "--n-seeds"),
+    (["--n-seeds", "2", "--checkpoint", "run.npz"], "--n-seeds"),
+])
+def test_filter_curation_flag_errors_are_one_line_naming_the_flag(tmp_path, capsys, flags, message):
+    rng = np.random.default_rng(0)
+    np.save(tmp_path / "X.npy", rng.standard_normal((200, 4)).astype(np.float32))
+    np.save(tmp_path / "y.npy", np.arange(200) % 2)
+    argv = ["filter", str(tmp_path / "X.npy"), str(tmp_path / "y.npy"), "--out", str(tmp_path / "out"),
+            "--target-size", "100", "--train-size", "0.5", "--quiet"] + flags
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+    assert not (tmp_path / "out" / "keep.npy").exists()
+
+
+def test_report_figure_draws_the_probe_per_phase(tmp_path):
+    pytest.importorskip("matplotlib")
+    from aflite_fast.cli import _figure
+
+    plt = _figure.require_matplotlib()
+    probe = lambda a: dict(balanced_accuracy=a, chance=0.5, margin=0.02, class_accuracy=[a, a])  # noqa: E731
+    history = [dict(phase=p, n_active=100 - 10 * p, n_above_tau=30, n_removed=10, score_hist=[1] * 20,
+                    class_active=[60, 40], class_removed=[6, 4], probe=probe(a)) for p, a in enumerate((0.6, 0.55))]
+    history.append(dict(history[-1], phase=2, n_removed=0, probe=probe(0.45), n_put_back=10))
+    fig, ax = plt.subplots()
+    _figure.chance_probe(ax, {"history": history})
+    accuracy = ax.lines[0]
+    assert list(accuracy.get_ydata()) == [0.6, 0.55, 0.45] and list(ax.lines[-1].get_xdata()) == [2]
+    plt.close(fig)
+    report = dict(history=history, parameters=dict(tau=0.75, target_size=50), n_kept=90, n_rows=100,
+                  classes=[0, 1], class_counts=dict(kept=[54, 36], removed=[6, 4]))
+    _figure.draw_report(report, tmp_path / "r.png")  # the panel joins the figure
+    assert (tmp_path / "r.png").stat().st_size > 0
