@@ -204,7 +204,8 @@ def test_seed_ensemble_and_keep_at():
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"margin": -0.1}, "margin"), ({"margin": "x"}, "margin"),
-    ({"max_removed": 1.5}, "max_removed"), ({"max_removed": -3}, "max_removed"), ({"max_removed": "10%"}, "max_removed"),
+    ({"max_removed": 1.5}, "max_removed"), ({"max_removed": -3}, "max_removed"),
+    ({"max_removed": "10%"}, "max_removed"),
     ({"class_quota": "equal"}, "class_quota"),
     ({"source_quota": 0.2}, "source_quota needs sources"),
     ({"sources": [0, 1]}, "sources has 2 entries"),
@@ -246,8 +247,8 @@ def test_filter_card_and_curation_flags(tmp_path, capsys):
     out = tmp_path / "out"
     argv = ["filter", str(tmp_path / "X.npy"), str(tmp_path / "y.npy"), "--out", str(out), "--target-size", "1000",
             "--train-size", "0.5", "--n-partitions", "8", "--slice-size", "100", "--stop", "chance",
-            "--margin", "0.02", "--max-removed", "0.1", "--class-quota", "prior", "--sources", str(tmp_path / "src.txt"),
-            "--source-quota", "0.5", "--n-seeds", "2", "--card", "--quiet"]
+            "--margin", "0.02", "--max-removed", "0.1", "--class-quota", "prior",
+            "--sources", str(tmp_path / "src.txt"), "--source-quota", "0.5", "--n-seeds", "2", "--card", "--quiet"]
     assert main(argv) == 0
     names = sorted(n for n in os.listdir(out) if not n.startswith("."))
     assert names == ["consensus_keep.npy", "dataset_card.md", "keep.npy", "removal_frequency.npy", "report.json",
