@@ -2,7 +2,8 @@
 
 a. Everything drawn is read from the report written by ``aflite-fast filter``: the history
    (``n_active``, ``n_above_tau``, ``score_hist``, ``class_active``, ``class_removed`` of
-   every phase, and with ``--null`` ``null_mean`` and ``null_margin``), ``parameters`` (tau,
+   every phase, with ``--null`` ``null_mean`` and ``null_margin``, with ``--stop chance``
+   ``probe`` and ``n_put_back``), ``parameters`` (tau,
    target_size, n_null), ``classes`` and ``class_counts``; so a run can be drawn again
    later, or on another machine.
 b. The figure is a row of panels, one function each, listed in :data:`PANELS`; a panel takes
@@ -117,6 +118,28 @@ def class_shares(ax, report):
         ax.legend(fontsize="small", loc="center left", bbox_to_anchor=(1.01, 0.5), title="class")
 
 
+def chance_probe(ax, report):
+    """``--stop chance``: the held-out balanced accuracy of each phase's models on its active rows,
+    against chance and the band of ``--margin`` around it (phases that put the last slice back
+    marked)."""
+    history = _axes(ax, report, "probe: held-out balanced accuracy", "phase", "balanced accuracy")
+    if history is None:
+        return
+    probed = [h for h in history if h.get("probe")]
+    phases = np.array([h["phase"] for h in probed])
+    accuracy = np.array([h["probe"]["balanced_accuracy"] for h in probed])
+    chance = np.array([h["probe"]["chance"] for h in probed])
+    margin = np.array([h["probe"]["margin"] for h in probed])
+    ax.plot(phases, accuracy, marker="o", label="balanced accuracy")
+    ax.plot(phases, chance, color="k", ls=":", lw=1, label="chance")
+    ax.fill_between(phases, chance - margin, chance + margin, color="0.5", alpha=0.25, label="chance +- margin")
+    back = [h["phase"] for h in probed if h.get("n_put_back")]
+    if back:
+        ax.plot(back, accuracy[np.isin(phases, back)], "rv", label="last slice put back")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.legend(fontsize="small")
+
+
 def evaluation(ax, report):
     """Balanced accuracy of the probe on all rows, the kept rows and random subsets of their size
     (error bar: the subsets' sd), per representation, with the verdict (``aflite-fast evaluate``)."""
@@ -138,14 +161,16 @@ def evaluation(ax, report):
     ax.legend(fontsize="x-small", loc="upper center", ncol=2)
 
 
-#: The panels of the figure, left to right; :func:`evaluation` is added when the report has one.
+#: The panels of the figure, left to right; :func:`chance_probe` is added when the history records
+#: the probe (``--stop chance``), :func:`evaluation` when the report has one.
 PANELS = [filtering_curve, score_histograms, class_shares]
 
 
 def draw_report(report, path):
     """Draw the figure of ``report`` (the dict of a report.json) into the PNG file ``path``."""
     plt = require_matplotlib()
-    panels = PANELS + ([evaluation] if report.get("evaluation") else [])
+    probed = any(h.get("probe") for h in _phases(report))
+    panels = PANELS + ([chance_probe] if probed else []) + ([evaluation] if report.get("evaluation") else [])
     fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 3.8), squeeze=False)
     try:
         for panel, ax in zip(panels, axes[0]):

@@ -5,7 +5,7 @@ import time
 import warnings
 from dataclasses import dataclass
 
-from aflite_fast.filtering.modes import NULL_MODES, REMOVE_MODES, STOP_RULES, TIE_BREAKS
+from aflite_fast.filtering.modes import CLASS_QUOTAS, NULL_MODES, REMOVE_MODES, STOP_RULES, TIE_BREAKS
 from aflite_fast._version import __version__
 from aflite_fast.io.atomic import OutputSet
 from aflite_fast.cli._args import HelpFormatter, add_flag, cap_threads, memory_size, positive_int, positive_seconds
@@ -16,6 +16,10 @@ from aflite_fast.cli._inputs import (add_groups_arguments, add_input_arguments, 
 OUTPUT_NAMES = ("keep.npy", "scores.npy", "report.json")
 #: Added to the set by --plot.
 PLOT_NAME = "report.png"
+#: Added to the set by --card.
+CARD_NAME = "dataset_card.md"
+#: Added to the set by --n-seeds 2 or more.
+ENSEMBLE_NAMES = ("consensus_keep.npy", "removal_frequency.npy")
 
 #: Library parameter names -> the flags of this command, for error messages.
 PARAMETER_FLAGS = {
@@ -25,7 +29,9 @@ PARAMETER_FLAGS = {
     "groups": "--groups", "remove": "--remove", "checkpoint": "--checkpoint", "null": "--null",
     "n_null": "--n-null", "stop": "--stop", "scheduler": "--scheduler", "eval_rows": "--eval-rows",
     "eval_only_score": "--eval-only-score", "position_bias": "--position-bias", "tie_break": "--tie-break",
-    "features": "--features",
+    "features": "--features", "margin": "--margin", "max_removed": "--max-removed",
+    "class_quota": "--class-quota", "sources": "--sources", "source_quota": "--source-quota",
+    "n_seeds": "--n-seeds",
 }
 
 _DESCRIPTION = """\
@@ -129,7 +135,29 @@ def add_parser(subparsers):
                    help="paper: stop when fewer than K rows reach tau; null (needs --null): stop, "
                         "removing nothing more, when the rows at or above tau do not exceed the "
                         "null's mean + 3 sd (at least sqrt(mean)) x sqrt(1 + 1/N); both: whichever "
-                        "comes first (docs/null.md)")
+                        "comes first (docs/null.md); chance: stop, removing nothing more, when the "
+                        "phase's held-out balanced accuracy is within --margin of chance (below it by "
+                        "more: the last slice is put back) (docs/curation.md)")
+    p.add_argument("--margin", type=float, default=0.02,
+                   help="--stop chance: how close to chance a balanced accuracy counts as chance")
+    p.add_argument("--max-removed", type=_count_or_fraction, default=None, metavar="N|F",
+                   help="remove at most N rows, or a fraction F in (0, 1) of the rows, whatever the stop rule")
+    p.add_argument("--class-quota", choices=[q for q in CLASS_QUOTAS if q], default=None,
+                   help="prior: remove from each class in proportion, so the kept rows keep the input's "
+                        "label distribution (within a row per class)")
+    p.add_argument("--sources", default=None, metavar="FILE",
+                   help="source id per row (.npy/.npz, or text read as LABELS is): report.json and the "
+                        "card count rows per source; --source-quota caps what a source loses")
+    p.add_argument("--sources-column", default=None, metavar="NAME|INDEX",
+                   help="source column of a CSV/TSV sources file, as --labels-column")
+    p.add_argument("--sources-header", action="store_true",
+                   help="the first line of the sources file names its columns")
+    p.add_argument("--source-quota", type=float, default=None, metavar="F",
+                   help="with --sources: no source loses more than this share of its rows")
+    p.add_argument("--n-seeds", type=positive_int, default=1, metavar="N",
+                   help="run N seeds (--seed, --seed + 1, ...) on one scan of EMB: keep.npy is the first's; "
+                        "also writes consensus_keep.npy (rows kept by at least half), removal_frequency.npy "
+                        "and the kept sets' pairwise Jaccard index (report.json: seeds)")
     p.add_argument("--position-bias", action="store_true",
                    help="multiple-choice EMB (N x K x d) only: each model also learns a bias per "
                         "candidate position")
@@ -154,8 +182,37 @@ def add_parser(subparsers):
                         "which the filter never saw")
     p.add_argument("--plot", action="store_true",
                    help="also draw DIR/report.png (see 'aflite-fast report'); needs matplotlib")
+    p.add_argument("--card", action="store_true",
+                   help="also write DIR/dataset_card.md: a dataset-card section saying how the data was "
+                        "filtered (method and citation, parameters, seeds, rows per class and source, "
+                        "phases, the chance check, the verdict of --evaluate)")
     p.add_argument("--quiet", action="store_true", help="no progress bar, notes or summary")
     return p
+
+
+def _count_or_fraction(text):
+    """argparse type of --max-removed: a row count (an integer >= 0) or a fraction in (0, 1)."""
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        try:
+            value = float(text)
+        except ValueError:
+            value = -1.0
+        if not 0 < value < 1:
+            raise argparse.ArgumentTypeError(f"must be a row count or a fraction in (0, 1), got {text!r}") from None
+        return value
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a row count or a fraction in (0, 1), got {text!r}")
+    return value
+
+
+def output_names(args):
+    """The files of the command's output set."""
+    return (OUTPUT_NAMES + ((PLOT_NAME,) if args.plot else ()) + ((CARD_NAME,) if args.card else ())
+            + (ENSEMBLE_NAMES if args.n_seeds > 1 else ()))
 
 
 def run(args):
@@ -167,8 +224,7 @@ def run(args):
     inputs = _read_inputs(args, prog)
     with _backend(args, inputs.params["n_jobs"]) as backend:
         # Entered before the first phase: an unwritable or busy --out fails now, not at the end.
-        with OutputSet(args.out, OUTPUT_NAMES + ((PLOT_NAME,) if args.plot else ()), label="--out",
-                       before_commit=inputs.watch.check) as out:
+        with OutputSet(args.out, output_names(args), label="--out", before_commit=inputs.watch.check) as out:
             result = _filter(args, inputs, backend)
             report = _write(out, args, inputs, result, time.perf_counter() - start)
     _summarize(args, prog, inputs, result, report)
@@ -182,6 +238,7 @@ class _Inputs:
     X: object
     y: object
     groups: object
+    sources: object
     eval_rows: object
     loss_params: object
     params: dict
@@ -198,6 +255,7 @@ def _read_inputs(args, prog):
     # checked again before the outputs are committed (the run checks EMB at every phase too)
     resolve_labels(args)
     watch = InputWatch([("EMB", args.embeddings), ("LABELS", args.labels), ("--groups", args.groups),
+                        ("--sources", args.sources),
                         ("--transition", args.transition), ("--eval-rows", args.eval_rows),
                         ("--features", args.features)])
     X = open_embeddings(args.embeddings, args.column, items=True)
@@ -212,10 +270,18 @@ def _read_inputs(args, prog):
             if given:
                 raise ValueError(f"{flag} needs --groups FILE")
     groups = None if args.groups is None else read_groups(args)
+    if args.sources is None:
+        for flag, given in (("--source-quota", args.source_quota is not None),
+                            ("--sources-column", args.sources_column), ("--sources-header", args.sources_header)):
+            if given:
+                raise ValueError(f"{flag} needs --sources FILE")
+    sources = None if args.sources is None else _read_sources(args)
+    if args.margin != 0.02 and args.stop != "chance":
+        raise ValueError("--margin applies to --stop chance")
     if args.eval_only_score and args.eval_rows is None:
         raise ValueError("--eval-only-score needs --eval-rows FILE")
     eval_rows = None if args.eval_rows is None else read_eval_rows(args.eval_rows)
-    if args.stop != "paper" and args.null is None:
+    if args.stop in ("null", "both") and args.null is None:
         raise ValueError(f"--stop {args.stop} needs --null permutation")
     if args.features is not None and not args.evaluate:
         raise ValueError("--features needs --evaluate")
@@ -234,11 +300,27 @@ def _read_inputs(args, prog):
                   n_jobs=cap_threads(args.n_jobs, prog, args.quiet), max_iter=args.max_iter,
                   remove=args.remove, null=args.null, n_null=args.n_null, stop=args.stop,
                   chance_check=args.chance_check, tie_break=args.tie_break)
+    # the curation flags, only when given: report.json's parameters of other runs stay as they were
+    for name, value, default in (("margin", args.margin, 0.02), ("max_removed", args.max_removed, None),
+                                 ("class_quota", args.class_quota, None), ("source_quota", args.source_quota, None),
+                                 ("n_seeds", args.n_seeds, 1)):
+        if value != default or (name == "margin" and args.stop == "chance"):
+            params[name] = value
     if X.ndim == 3:
         params["position_bias"] = args.position_bias
-    return _Inputs(X=X, y=y, groups=groups, eval_rows=eval_rows,
+    return _Inputs(X=X, y=y, groups=groups, sources=sources, eval_rows=eval_rows,
                    loss_params=loss_params(args, X.shape[1] if X.ndim == 3 else len(np.unique(y))),
                    params=params, watch=watch)
+
+
+def _read_sources(args):
+    """Source ids of --sources FILE, read as LABELS files are; errors name the flag."""
+    from aflite_fast.io.labelfile import read_labels_file
+
+    try:
+        return read_labels_file(args.sources, column=args.sources_column, header=args.sources_header, kind="sources")
+    except ValueError as exc:
+        raise ValueError(f"--sources: {exc}") from None
 
 
 def _backend(args, n_jobs):
@@ -263,7 +345,8 @@ def _filter(args, inputs, backend):
         warnings.filterwarnings("ignore", message=NOT_CONVERGED_MESSAGE)
         warnings.simplefilter("ignore", ChanceWarning)  # said by the summary, in one line
         return aflite(inputs.X, inputs.y, progress=not args.quiet, loss_params=inputs.loss_params,
-                      groups=inputs.groups, checkpoint=args.checkpoint, eval_rows=inputs.eval_rows,
+                      groups=inputs.groups, sources=inputs.sources, checkpoint=args.checkpoint,
+                      eval_rows=inputs.eval_rows,
                       eval_only_score=args.eval_only_score, backend=backend, **params)
 
 
@@ -308,12 +391,25 @@ def _write(out, args, inputs, result, seconds):
                          "removed": result.removed_per_class.tolist()},
         "chance_check": None if result.chance is None else result.chance.as_dict(),
     }
+    if inputs.sources is not None:
+        report.update(sources=os.path.abspath(args.sources),
+                      source_ids=[s.item() if hasattr(s, "item") else s for s in result.sources.tolist()],
+                      source_counts={"kept": result.kept_per_source.tolist(),
+                                     "removed": result.removed_per_source.tolist()})
+    if result.ensemble is not None:
+        report["seeds"] = result.ensemble.as_dict()
+        out.save_npy("consensus_keep.npy", result.ensemble.consensus_keep)
+        out.save_npy("removal_frequency.npy", result.ensemble.removal_frequency)
     if args.evaluate:
         from aflite_fast.cli._evaluate import evaluation_of
 
         report["evaluation"] = evaluation_of(X, inputs.y, result.keep, report, features=args.features,
                                              groups=inputs.groups, seed=args.seed, n_jobs=inputs.params["n_jobs"])
     out.save_json("report.json", report)
+    if args.card:
+        from aflite_fast.filtering.card import dataset_card
+
+        out.save_text(CARD_NAME, dataset_card(result, inputs.params, evaluation=report.get("evaluation")))
     if args.plot:
         from aflite_fast.cli._figure import draw_report
 
@@ -342,6 +438,11 @@ def _summarize(args, prog, inputs, result, report):
           f"{len(result.history)} phase(s), {report['seconds']:.1f} s ({result.stop_reason}); "
           f"{f'resumed from phase {result.resumed_from}; ' if result.resumed_from else ''}"
           f"wrote {os.path.join(args.out, 'keep.npy')}, scores.npy, report.json"
-          f"{', report.png' if args.plot else ''}", file=sys.stderr)
+          f"{', report.png' if args.plot else ''}{', dataset_card.md' if args.card else ''}"
+          f"{', consensus_keep.npy, removal_frequency.npy' if result.ensemble else ''}", file=sys.stderr)
+    if result.ensemble is not None:
+        ens = result.ensemble
+        print(f"{prog}: {len(ens.seeds)} seeds: mean pairwise Jaccard of the kept sets {ens.mean_jaccard:.3f}; "
+              f"{ens.consensus_keep.size} rows kept by at least half of them", file=sys.stderr)
     if args.evaluate:
         print(f"{prog}: {report['evaluation']['summary']}", file=sys.stderr)

@@ -2,7 +2,8 @@
 from aflite_fast.io.arrow import dataset_column, dataset_rows
 
 
-def filter_dataset(ds, embedding_column, label_column, *, groups_column=None, **aflite_kwargs):
+def filter_dataset(ds, embedding_column, label_column, *, groups_column=None, sources_column=None, card=False,
+                   **aflite_kwargs):
     """Filter a ``datasets.Dataset`` with AFLite; return the kept rows as a Dataset, and the result.
 
     The embedding column is read where the dataset holds it (its Arrow buffers, memory-mapped
@@ -20,6 +21,12 @@ def filter_dataset(ds, embedding_column, label_column, *, groups_column=None, **
         A column holding one label per row (a ``ClassLabel``, integers or strings).
     groups_column : str, optional
         A column holding a group id per row, passed as ``groups=`` (see :func:`aflite_fast.aflite`).
+    sources_column : str, optional
+        A column holding a source id per row, passed as ``sources=``.
+    card : bool, default=False
+        Also return the dataset-card section describing the run
+        (:func:`aflite_fast.filtering.card.dataset_card`: method and citation, parameters,
+        seeds, rows per class and source, phases, the chance check).
     **aflite_kwargs
         Passed to :func:`aflite_fast.aflite` (``target_size`` and ``train_size`` are required).
 
@@ -28,6 +35,8 @@ def filter_dataset(ds, embedding_column, label_column, *, groups_column=None, **
     kept : datasets.Dataset
         ``ds.select(result.keep)``: the rows AFLite keeps, in their original order.
     result : aflite_fast.AFLiteResult
+    card : str
+        With ``card=True`` only: the Markdown section, to add to the dataset's README.md.
 
     Examples
     --------
@@ -42,5 +51,16 @@ def filter_dataset(ds, embedding_column, label_column, *, groups_column=None, **
         if "groups" in aflite_kwargs:
             raise ValueError("give groups_column or groups, not both")
         aflite_kwargs["groups"] = dataset_column(ds, groups_column, "group ids")
+    if sources_column is not None:
+        if "sources" in aflite_kwargs:
+            raise ValueError("give sources_column or sources, not both")
+        aflite_kwargs["sources"] = dataset_column(ds, sources_column, "source ids")
     result = aflite(X, y, **aflite_kwargs)
-    return ds.select(result.keep), result
+    if not card:
+        return ds.select(result.keep), result
+    from aflite_fast.filtering.card import dataset_card
+
+    parameters = dict(embedding_column=embedding_column, label_column=label_column, groups_column=groups_column,
+                      sources_column=sources_column)
+    parameters.update((k, v) for k, v in aflite_kwargs.items() if k not in ("groups", "sources", "client", "progress"))
+    return ds.select(result.keep), result, dataset_card(result, parameters)

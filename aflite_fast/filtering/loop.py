@@ -15,6 +15,7 @@ checkpoint continues from it (see :mod:`aflite_fast.filtering.checkpoint`).  Wit
 ``n_null`` times and records how many rows reach tau by chance; ``stop="null"`` stops when
 the observed count does not exceed that (see :mod:`aflite_fast.filtering.null`).
 """
+import hashlib
 import os
 import time
 from dataclasses import dataclass, field
@@ -26,6 +27,8 @@ from tqdm.auto import tqdm
 from aflite_fast.core.solver_status import status_counts, total_status, warn_not_converged
 from aflite_fast.filtering.chance import N_PERMUTATIONS, ChanceCheck, warn_if_chance
 from aflite_fast.filtering.checkpoint import Checkpoint, LoopState, data_fingerprint
+from aflite_fast.filtering.curation import (DEFAULT_MARGIN, SeedEnsemble, apply_quotas, chance_verdict,
+                                            check_curation_args, probe)
 from aflite_fast.filtering.modes import REMOVE_MODES, TIE_BREAKS
 from aflite_fast.filtering.null import check_null_args, null_counts, summarize
 from aflite_fast.filtering.problem import Problem, validate_settings
@@ -67,6 +70,12 @@ class PhaseRecord:
     ``bytes_moved``: bytes sent between processes by the phase (null passes included):
     ``backend="dask"`` counts the arrays it sends each way (docs/dask.md), the local engine 0.
     ``chance`` (phase 0 only, with the chance check on): :meth:`aflite_fast.filtering.chance.ChanceCheck.as_dict`.
+
+    With ``stop="chance"``: ``probe``, the phase's models' held-out balanced accuracy on its
+    active rows, chance and the margin (:func:`aflite_fast.filtering.curation.probe`), and
+    ``n_put_back``, the rows of the phase before put back because the probe fell below chance by
+    more than the margin.  With ``sources``: ``source_removed``, rows of each source removed.
+    These three are left out of :meth:`as_dict` when not recorded.
     """
 
     phase: int
@@ -91,9 +100,20 @@ class PhaseRecord:
     solver_status: dict = field(default_factory=dict)
     bytes_moved: int = 0
     chance: Optional[dict] = None
+    probe: Optional[dict] = None
+    n_put_back: int = 0
+    source_removed: List[int] = field(default_factory=list)
 
     def as_dict(self):
-        return dict(self.__dict__)
+        out = dict(self.__dict__)
+        for name in _OPTIONAL_FIELDS:  # absent when not recorded: the history of other runs is unchanged
+            if not out[name]:
+                del out[name]
+        return out
+
+
+#: Fields of PhaseRecord that only some runs record (``stop="chance"``, ``sources``).
+_OPTIONAL_FIELDS = ("probe", "n_put_back", "source_removed")
 
 
 @dataclass
@@ -127,6 +147,13 @@ class AFLiteResult:
         SHA-256 fingerprint of X's content (64 hex digits, :class:`aflite_fast.io.fingerprint.
         ContentHash`): the same for the same values in any format, byte order or chunking, so
         that what was filtered can be recognised later (``aflite-fast evaluate`` compares it).
+    sources : ndarray or None
+        With ``sources``: the distinct source ids, in the order of ``kept_per_source`` and
+        ``removed_per_source`` (rows of each source kept and removed).
+    ensemble : SeedEnsemble or None
+        With ``n_seeds`` > 1: the runs of every seed (this result is the first's), their kept
+        sets' pairwise Jaccard index, each row's removal frequency and the consensus keep
+        (:class:`aflite_fast.filtering.curation.SeedEnsemble`).
     """
 
     keep: np.ndarray
@@ -141,6 +168,10 @@ class AFLiteResult:
     resumed_from: int = 0
     chance: Optional[ChanceCheck] = None
     fingerprint: Optional[str] = None
+    sources: Optional[np.ndarray] = None
+    kept_per_source: Optional[np.ndarray] = None
+    removed_per_source: Optional[np.ndarray] = None
+    ensemble: Optional[SeedEnsemble] = None
 
     @property
     def keep_mask(self):
@@ -149,11 +180,33 @@ class AFLiteResult:
         mask[self.keep] = True
         return mask
 
+    def keep_at(self, n):
+        """The rows kept at size ``n``, read off the removal order: every row but the first
+        N - n of ``removed``.
+
+        For ``n`` between ``keep.size`` and the input's rows.  Rows leave in ``removed``'s
+        order, so with the row rule and no quotas this is the ``keep`` of the same run given
+        ``target_size=n`` (its phases are these up to the one that reaches n, which takes the
+        first rows of this run's ranking).
+
+        Returns
+        -------
+        ndarray of int64
+            Sorted row indices.
+        """
+        n_rows = self.scores.shape[0]
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not self.keep.size <= n <= n_rows:
+            raise ValueError(f"keep_at: n must be an integer in [{self.keep.size}, {n_rows}] (the kept rows "
+                             f"and the input's), got {n!r}")
+        mask = np.ones(n_rows, dtype=bool)
+        mask[self.removed[:n_rows - int(n)]] = False
+        return np.flatnonzero(mask).astype(np.int64)
+
 
 
 
 def _run_parameters(settings, spec, entropy, tol, max_iter, remove, null, n_null, stop, is_eval=None,
-                    eval_only_score=False, position_bias=None, tie_break="label_prob"):
+                    eval_only_score=False, position_bias=None, tie_break="label_prob", curation=None):
     """What a checkpoint must agree on: every setting that changes the result (the null's and the
     evaluation rows' only when given, the tie rule only when it is not the default, so
     checkpoints of runs without them stay valid)."""
@@ -169,7 +222,38 @@ def _run_parameters(settings, spec, entropy, tol, max_iter, remove, null, n_null
         params.update(position_bias=bool(position_bias))
     if tie_break != "label_prob":
         params.update(tie_break=tie_break)
+    if curation is not None:
+        params.update(curation.parameters())
     return params
+
+
+@dataclass
+class _Curation:
+    """The curation keywords of a run, checked (:func:`aflite_fast.filtering.curation.check_curation_args`)."""
+
+    margin: float = DEFAULT_MARGIN
+    cap: Optional[int] = None
+    class_quota: Optional[str] = None
+    source_quota: Optional[float] = None
+    sources: object = None  # SourceCodes
+    stop: str = "paper"
+    max_removed: object = None
+
+    def parameters(self):
+        """What a checkpoint records of them: only what is not the default."""
+        out = {}
+        if self.stop == "chance":
+            out.update(stop="chance", margin=self.margin)
+        if self.max_removed is not None:
+            out.update(max_removed=self.max_removed)
+        if self.class_quota is not None:
+            out.update(class_quota=self.class_quota)
+        if self.source_quota is not None:
+            out.update(source_quota=float(self.source_quota))
+        if self.sources is not None:
+            out.update(sources=hashlib.sha256(np.ascontiguousarray(self.sources.codes, dtype="<i8").tobytes())
+                       .hexdigest())
+        return out
 
 
 
@@ -178,7 +262,8 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
            progress=True, tol=1e-4, max_iter=1000, backend="local", client=None, groups=None,
            remove="row", checkpoint=None, null=None, n_null=1, stop="paper", eval_rows=None,
            eval_only_score=False, position_bias=False, chance_check=True, tie_break="label_prob",
-           column=None):
+           column=None, margin=DEFAULT_MARGIN, max_removed=None, class_quota=None, sources=None,
+           source_quota=None, n_seeds=1):
     """Filter the most predictable rows of (X, y) with AFLite.
 
     Parameters
@@ -259,12 +344,18 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
         Permutations per phase.  The stop rule needs a spread: with one permutation only the
         Poisson floor ``sqrt(mean)`` is known, which real scores exceed (docs/null.md); use 3
         or more with ``stop="null"``.
-    stop : {"paper", "null", "both"}, default="paper"
+    stop : {"paper", "null", "both", "chance"}, default="paper"
         ``"paper"``: stop after the first phase where fewer than ``slice_size`` rows reach tau
         (those are removed; Algorithm 1).  ``"null"`` (needs ``null``): stop at the first phase
         whose rows at or above tau do not exceed the null's mean by its margin
         (``3 * max(std, sqrt(mean)) * sqrt(1 + 1/n_null)``); that phase removes nothing, the
         "fewer than k" rule is not applied.  ``"both"``: whichever comes first.
+        ``"chance"``: stop at the first phase whose models' held-out balanced accuracy on the
+        active rows (from the phase's own predictions) is within ``margin`` of chance (1 / the
+        classes); that phase removes nothing.  When it is below chance by more than ``margin``
+        the run stops too and the slice of the phase before is put back.  The "fewer than k"
+        rule is not applied; a phase where no row reaches tau ends the run.  Each phase records
+        the probe (``history[p].probe``).  See :mod:`aflite_fast.filtering.curation`.
     eval_rows : array-like of int (row indices) or of bool (a mask of N), optional
         Evaluation rows (e.g. a dev or test split): never drawn into any partition's training
         set, so every model of every phase predicts each active one (``seen`` equals
@@ -293,6 +384,28 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
         ``"label_prob"``: higher mean held-out probability of the row's label first, then lower
         row position; ``"random"``: a random order drawn from ``random_state`` and the phase
         (then lower position).  With ``remove="group"`` it orders groups of equal mean score the same way.
+    margin : float, default=0.02
+        ``stop="chance"``: the distance from chance of a balanced accuracy that counts as chance.
+    max_removed : int or float, optional
+        A cap on the rows removed, whatever the stop rule: an int is a count, a float in (0, 1) a
+        fraction of the input's rows (rounded down).  A phase's slice is cut to what is left.
+    class_quota : {None, "prior"}, default=None
+        ``"prior"``: every phase removes from each class in proportion, so that the active rows
+        keep the input's label distribution (within a row per class): the most rows up to the
+        slice for which each class has enough rows at or above tau, each class its own most
+        predictable ones.  Row rule only.
+    sources : array-like of shape (N,), optional
+        A source id per row (any sortable type): the result and the report count rows kept and
+        removed per source.
+    source_quota : float in [0, 1], optional
+        With ``sources``: no source loses more than this share of its input rows (rounded down);
+        rows of a source at its cap are passed over.  Row rule only.
+    n_seeds : int, default=1
+        Run this many seeds on one scan of the input: ``random_state`` (an int s) and s + 1, ...,
+        s + n_seeds - 1 (a Generator or None: one drawn seed and the ones after it).  The result
+        is the first seed's; ``result.ensemble`` holds every run, the pairwise Jaccard index of
+        their kept sets, each row's removal frequency and the consensus keep (rows kept by at
+        least half).  Not with ``checkpoint``.
 
     Returns
     -------
@@ -338,6 +451,14 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
     if remove == "group" and groups is None:
         raise ValueError("remove='group' needs groups (a group id per row)")
     n_null = check_null_args(null, n_null, stop)
+    margin, cap, source_codes = check_curation_args(stop, margin, max_removed, class_quota, source_quota, sources,
+                                                    problem.n_rows, remove)
+    curation = _Curation(margin=margin, cap=cap, class_quota=class_quota, source_quota=source_quota,
+                         sources=source_codes, stop=stop, max_removed=max_removed)
+    if isinstance(n_seeds, bool) or not isinstance(n_seeds, (int, np.integer)) or n_seeds < 1:
+        raise ValueError(f"n_seeds must be an integer >= 1, got {n_seeds!r}")
+    if n_seeds > 1 and checkpoint is not None:
+        raise ValueError("n_seeds > 1 cannot be combined with checkpoint (one checkpoint holds one run)")
     if tie_break not in TIE_BREAKS:
         raise ValueError(f"tie_break must be one of {', '.join(map(repr, TIE_BREAKS))}, got {tie_break!r}")
     group_codes = partition_groups(groups, problem.n_rows, settings.train_rows(problem.n_trainable), problem.is_eval)
@@ -352,20 +473,25 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
     # the fingerprint of every row (the result records it, a checkpoint checks it), computed by
     # the scan as it reads them
     problem.scan(fingerprint=True)
+    if n_seeds > 1:  # the scan above serves every seed
+        runs = [_Loop(problem, settings, entropy + i, group_codes, eval_only_score, remove, null, n_null, stop,
+                      chance_check, tie_break, curation).run(_fresh_state(problem.n_rows), [], None, progress)
+                for i in range(int(n_seeds))]
+        runs[0].ensemble = SeedEnsemble.of([entropy + i for i in range(int(n_seeds))], runs, problem.n_rows)
+        return runs[0]
     loop = _Loop(problem, settings, entropy, group_codes, eval_only_score, remove, null, n_null, stop, chance_check,
-                 tie_break)
+                 tie_break, curation)
     state = None
     if store is not None:
         state = store.start(_run_parameters(settings, problem.loss, entropy, tol, max_iter, remove, null, n_null,
                                             stop, problem.is_eval, eval_only_score,
-                                            position_bias if problem.multiple_choice else None, tie_break),
+                                            position_bias if problem.multiple_choice else None, tie_break,
+                                            curation),
                             data_fingerprint(problem.X, problem.labels.codes, problem.labels.classes, group_codes,
                                              content=problem.content_digest),
                             x_source=f"X ({describe(problem.watch.files)})")
     if state is None:
-        n_rows = problem.n_rows
-        state = LoopState(phase=0, active=np.arange(n_rows, dtype=np.int64), removed=np.empty(0, dtype=np.int64),
-                          removed_phase=np.empty(0, dtype=np.int64), scores=np.full(n_rows, np.nan))
+        state = _fresh_state(problem.n_rows)
     try:
         history = [PhaseRecord(**record) for record in state.history]
     except TypeError as exc:  # a checkpoint of another version, whose records have other fields
@@ -374,17 +500,29 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
     return loop.run(state, history, store, progress)
 
 
+def _fresh_state(n_rows):
+    """The loop's state before its first phase."""
+    return LoopState(phase=0, active=np.arange(n_rows, dtype=np.int64), removed=np.empty(0, dtype=np.int64),
+                     removed_phase=np.empty(0, dtype=np.int64), scores=np.full(n_rows, np.nan))
+
+
 class _Loop:
     """The phases of one run: each draws its partitions, scores them through the problem's
     backend, removes a slice and records what it did (:meth:`phase`); :meth:`run` repeats it
     until a stop rule ends the run, saving a checkpoint after every phase."""
 
     def __init__(self, problem, settings, entropy, group_codes, eval_only_score, remove, null, n_null, stop,
-                 chance_check, tie_break):
+                 chance_check, tie_break, curation):
         self.problem, self.settings, self.entropy = problem, settings, entropy
         self.group_codes, self.eval_only_score = group_codes, eval_only_score
         self.remove, self.null, self.n_null, self.stop = remove, null, n_null, stop
         self.chance_check, self.tie_break = chance_check, tie_break
+        self.curation = curation
+        codes = problem.labels.codes
+        self.prior_counts = np.bincount(codes, minlength=problem.labels.n_classes)
+        sources = curation.sources
+        if curation.source_quota is not None:  # each source's cap on its removed rows
+            self.source_cap = np.floor(curation.source_quota * sources.counts()).astype(np.int64)
 
     def removable_count(self, active):
         """Rows of ``active`` the loop may remove (``eval_only_score``: the evaluation rows stay)."""
@@ -417,15 +555,26 @@ class _Loop:
                 if too_large:
                     stop_reason = f"groups: {too_large}"
                     break
-                record, chosen, warm_mean, ended, n_eligible, null_mean = self.phase(
+                cap = self.curation.cap
+                if cap is not None and problem.n_rows - active.size >= cap:
+                    stop_reason = f"max_removed: {cap} rows removed"
+                    break
+                record, chosen, warm_mean, ended, n_eligible, null_mean, put_back = self.phase(
                     phase, active, eligible, t, active_groups, warm_mean, scores)
-                history.append(record)
                 removed.append(active[chosen])
                 removed_phase.append(np.full(chosen.size, phase, dtype=np.int64))
                 keep_pos = np.ones(active.size, dtype=bool)
                 keep_pos[chosen] = False
                 active = active[keep_pos]
                 bar.update(int(chosen.size))
+                if put_back and phase > 0:  # stop="chance" below chance: the last slice goes back
+                    all_removed, all_phases = np.concatenate(removed), np.concatenate(removed_phase)
+                    last = all_phases == phase - 1
+                    record.n_put_back = int(np.count_nonzero(last))
+                    active = np.sort(np.concatenate([active, all_removed[last]]))
+                    removed, removed_phase = [all_removed[~last]], [all_phases[~last]]
+                    bar.update(-record.n_put_back)
+                history.append(record)
                 # strings: tqdm would print a round number of rows as 1e+4
                 bar.set_postfix(phase=str(phase), active=str(active.size), above_tau=str(n_eligible),
                                 **({} if null_mean is None else {"null": f"{null_mean:.1f}"}))
@@ -444,9 +593,10 @@ class _Loop:
                            stop_reason, state.phase)
 
     def phase(self, phase, active, eligible, t, active_groups, warm_mean, scores):
-        """One phase on ``active``: partitions, the checked scoring, the slice removed, the null and
-        the chance check.  Writes the phase's scores into ``scores``; returns (record, chosen
-        positions, the models' mean, why the run ends or None, rows at or above tau, the null's mean)."""
+        """One phase on ``active``: partitions, the checked scoring, the slice removed (within the
+        cap and the quotas), the null, the chance check and the probe.  Writes the phase's scores
+        into ``scores``; returns (record, chosen positions, the models' mean, why the run ends or
+        None, rows at or above tau, the null's mean, whether the last slice is to be put back)."""
         problem, settings = self.problem, self.settings
         start = time.perf_counter()
         train_pos = problem.train_positions(self.entropy, phase, active, t, settings.n_partitions, active_groups)
@@ -457,8 +607,19 @@ class _Loop:
         warm_mean = res.coef.mean(axis=0)
         scores[active] = res.scores
         budget = min(settings.slice_size, self.removable_count(active) - settings.target_size)
-        chosen, n_eligible = phase_selection(res, active_groups, self.remove, settings.tau, budget, removable,
-                                             tie_key(self.tie_break, self.entropy, phase, res.seen))
+        curation, codes = self.curation, problem.labels.codes
+        if curation.cap is not None:
+            budget = min(budget, curation.cap - (problem.n_rows - active.size))
+        key = tie_key(self.tie_break, self.entropy, phase, res.seen)
+        quotas = curation.class_quota is not None or curation.source_quota is not None
+        # with quotas: the whole ranking of the rows at or above tau, then the quotas take from it
+        chosen, n_eligible = phase_selection(res, active_groups, self.remove, settings.tau,
+                                             active.size if quotas else budget, removable, key)
+        if quotas:
+            chosen = self.quota_selection(chosen, active, budget)
+        probe_record = None
+        if self.stop == "chance":
+            probe_record = probe(res.seen, res.correct, codes[active], problem.labels.n_classes, curation.margin)
         observed = dict(n_scored=int(np.count_nonzero(res.seen)), n_blocks=res.n_blocks,
                         mean_iterations=float(res.n_iter.mean()), solver_status=status_counts(res.status),
                         bytes_moved=problem.backend.bytes_moved(res),
@@ -475,7 +636,7 @@ class _Loop:
             null_record = dict(null_above_tau=summary.counts, null_mean=summary.mean, null_std=summary.std,
                                null_share=summary.mean / active.size, null_excess=n_eligible - summary.mean,
                                null_margin=summary.margin, null_seconds=time.perf_counter() - null_start)
-            by_chance = self.stop != "paper" and summary.within(n_eligible)
+            by_chance = self.stop in ("null", "both") and summary.within(n_eligible)
             if by_chance:  # no more rows reach tau than chance gives: none of them goes
                 chosen = chosen[:0]
         if self.chance_check and phase == 0:  # aflite_fast.filtering.chance
@@ -488,23 +649,53 @@ class _Loop:
                 observed["bytes_moved"] += more_bytes
             null_record["chance"] = ChanceCheck.from_counts(
                 active.size, settings.tau, n_eligible, counts, time.perf_counter() - chance_start).as_dict()
-        codes = problem.labels.codes
+        verdict = None if probe_record is None else chance_verdict(probe_record)
+        if verdict is not None:  # the probe is at chance (or below): nothing more goes
+            chosen = chosen[:0]
+        sources = curation.sources
+        if sources is not None:
+            null_record["source_removed"] = sources.counts(active[chosen]).tolist()
         record = PhaseRecord(
             phase=phase, n_active=int(active.size), train_size=t, n_above_tau=int(n_eligible),
             n_removed=int(chosen.size), seconds=time.perf_counter() - start, **observed,
             class_active=np.bincount(codes[active], minlength=problem.labels.n_classes).tolist(),
             class_removed=np.bincount(codes[active[chosen]], minlength=problem.labels.n_classes).tolist(),
-            **null_record)
+            probe=probe_record, **null_record)
         ended = None
-        if by_chance:
+        if verdict is not None:
+            where = "within" if verdict == "chance" else "below chance by more than"
+            ended = (f"the phase's held-out balanced accuracy ({probe_record['balanced_accuracy']:.3f}) is {where} "
+                     f"margin={curation.margin:g} of chance ({probe_record['chance']:.3f})"
+                     + ("; the last slice was put back" if verdict == "below" and phase > 0 else ""))
+        elif by_chance:
             ended = (f"the {n_eligible} rows at or above tau={settings.tau} do not exceed the permutation "
                      f"null ({summary.mean:.1f}, mean of {self.n_null}) by its margin ({summary.margin:.1f})")
-        elif self.stop != "null" and n_eligible < settings.slice_size:
+        elif self.stop in ("paper", "both") and n_eligible < settings.slice_size:
             ended = f"fewer than slice_size={settings.slice_size} rows reached tau={settings.tau}"
-        elif chosen.size == 0:  # remove="group" only: no eligible group fits in the budget
+        elif chosen.size == 0 and n_eligible == 0:  # stop="chance" or "null"
+            ended = f"no row reached tau={settings.tau}"
+        elif chosen.size == 0 and self.remove == "group":  # no eligible group fits in the budget
             ended = (f"the groups that reached tau={settings.tau} are all larger than the "
                      f"{budget} rows left to remove in this phase")
-        return record, chosen, warm_mean, ended, n_eligible, None if summary is None else summary.mean
+        elif chosen.size == 0:  # the quotas leave nothing of the rows that reached tau
+            ended = (f"the quotas (class_quota={curation.class_quota!r}, source_quota={curation.source_quota!r}) "
+                     f"leave none of the {n_eligible} rows at or above tau={settings.tau} to remove")
+        return (record, chosen, warm_mean, ended, n_eligible, None if summary is None else summary.mean,
+                verdict == "below")
+
+    def quota_selection(self, ranking, active, budget):
+        """The rows of ``ranking`` (positions, best first) the quotas let go, at most ``budget``
+        (:func:`aflite_fast.filtering.curation.apply_quotas`)."""
+        curation, codes = self.curation, self.problem.labels.codes
+        kwargs = {}
+        if curation.class_quota is not None:
+            kwargs.update(class_codes=codes[active], prior_counts=self.prior_counts,
+                          active_class_counts=np.bincount(codes[active], minlength=self.prior_counts.size))
+        if curation.source_quota is not None:
+            sources = curation.sources
+            already = sources.counts() - sources.counts(active)  # removed so far, per source
+            kwargs.update(source_codes=sources.codes[active], source_allowance=self.source_cap - already)
+        return apply_quotas(ranking, budget, **kwargs)
 
     def result(self, active, removed, removed_phase, scores, history, stop_reason, resumed_from):
         labels = self.problem.labels
@@ -512,9 +703,13 @@ class _Loop:
         warn_not_converged(total_status(h.solver_status for h in history), what="partition model", stacklevel=5)
         chance = ChanceCheck.from_dict(history[0].chance) if history else None
         warn_if_chance(chance, self.stop, stacklevel=5)
+        sources = self.curation.sources
+        per_source = {} if sources is None else dict(
+            sources=sources.ids, kept_per_source=sources.counts(active).astype(np.int64),
+            removed_per_source=sources.counts(removed).astype(np.int64))
         return AFLiteResult(
             keep=active, removed=removed, removed_phase=removed_phase, scores=scores,
             history=history, classes=labels.classes, stop_reason=stop_reason,
             kept_per_class=np.bincount(labels.codes[active], minlength=labels.n_classes).astype(np.int64),
             removed_per_class=np.bincount(labels.codes[removed], minlength=labels.n_classes).astype(np.int64),
-            resumed_from=resumed_from, chance=chance, fingerprint=self.problem.content_digest)
+            resumed_from=resumed_from, chance=chance, fingerprint=self.problem.content_digest, **per_source)

@@ -137,7 +137,7 @@ def check_null_args(null, n_null, stop):
         raise ValueError(f"n_null must be an integer >= 1, got {n_null!r}")
     if stop not in STOP_RULES:
         raise ValueError(f"stop must be one of {', '.join(map(repr, STOP_RULES))}, got {stop!r}")
-    if stop != "paper" and null is None:
+    if stop in ("null", "both") and null is None:
         raise ValueError(f"stop={stop!r} needs null='permutation' (the null count it compares with)")
     return int(n_null)
 

@@ -61,7 +61,8 @@ class _Kind(NamedTuple):
 
 #: ``kind=`` of :func:`read_labels_file`.
 KINDS = {"labels": _Kind("labels", "label", "--labels-column", "--labels-header"),
-         "groups": _Kind("groups", "group id", "--groups-column", "--groups-header")}
+         "groups": _Kind("groups", "group id", "--groups-column", "--groups-header"),
+         "sources": _Kind("sources", "source id", "--sources-column", "--sources-header")}
 
 
 def read_labels_file(path, *, column=None, header=False, kind="labels"):
@@ -77,7 +78,7 @@ def read_labels_file(path, *, column=None, header=False, kind="labels"):
         header name).
     header : bool, default=False
         The first line of a text file names the columns.
-    kind : {"labels", "groups"}, default="labels"
+    kind : {"labels", "groups", "sources"}, default="labels"
         What the file holds, for the messages (and the flags they name).
 
     Returns
