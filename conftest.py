@@ -13,7 +13,8 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 
 def _source_tree_is_built():
     pkg = os.path.join(_HERE, "aflite_fast", "core")
-    return any(name.startswith("_kernel.") and name.endswith((".so", ".pyd")) for name in os.listdir(pkg))
+    return os.path.isdir(pkg) and any(name.startswith("_kernel.") and name.endswith((".so", ".pyd"))
+                                      for name in os.listdir(pkg))
 
 
 if not _source_tree_is_built():
