@@ -25,6 +25,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+
 from aflite_fast.core import layout
 from aflite_fast.phase import local
 

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from aflite_fast import ChanceWarning, aflite, evaluate_filter
-from aflite_fast.phase import local
-from aflite_fast.filtering.chance import N_PERMUTATIONS, ChanceCheck, chance_line
 from aflite_fast.cli import main
 from aflite_fast.experiments.synthetic_data import make_biased_circles
+from aflite_fast.filtering.chance import N_PERMUTATIONS, ChanceCheck, chance_line
+from aflite_fast.phase import local
 
 RUN = dict(target_size=400, n_partitions=16, train_size=0.5, slice_size=100, progress=False, n_jobs=1)
 

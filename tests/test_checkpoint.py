@@ -24,10 +24,10 @@ import numpy as np
 import pytest
 
 from aflite_fast import aflite
-from aflite_fast.filtering import checkpoint
-from aflite_fast.phase import local
-from aflite_fast.io.atomic import STATE_DIR
 from aflite_fast.cli import main
+from aflite_fast.filtering import checkpoint
+from aflite_fast.io.atomic import STATE_DIR
+from aflite_fast.phase import local
 
 N = 1200
 # the chance check off: these tests count the engine's calls per phase (tests/test_chance.py

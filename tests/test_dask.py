@@ -22,12 +22,18 @@ distributed = pytest.importorskip("distributed")
 da = pytest.importorskip("dask.array")
 
 from aflite_fast import aflite
+from aflite_fast.core.solver import SolverOptions
+from aflite_fast.io.inputs import encode_labels, scan_rows
 from aflite_fast.phase import local as _local
 from aflite_fast.phase import partitions
-from aflite_fast.io.inputs import encode_labels, scan_rows
-from aflite_fast.phase.dask_backend import DaskEmbeddings, as_dask_array, close_client, connect, scan_rows_dask, score_phase_dask
-from aflite_fast.core.solver import SolverOptions
-
+from aflite_fast.phase.dask_backend import (
+    DaskEmbeddings,
+    as_dask_array,
+    close_client,
+    connect,
+    scan_rows_dask,
+    score_phase_dask,
+)
 
 # several reduction groups even on the small X of these tests
 pytestmark = pytest.mark.usefixtures("small_reduction_groups")

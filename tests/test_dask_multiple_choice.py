@@ -22,14 +22,13 @@ import pytest
 distributed = pytest.importorskip("distributed")
 
 from aflite_fast import aflite
+from aflite_fast.cli import main  # noqa: E402
+from aflite_fast.core.layout import reduction_group_rows
+from aflite_fast.core.solver import SolverOptions
+from aflite_fast.io.inputs import scan_rows
 from aflite_fast.phase import local as _local
 from aflite_fast.phase import partitions
-from aflite_fast.cli import main  # noqa: E402
-from aflite_fast.io.inputs import scan_rows
 from aflite_fast.phase.dask_backend import DaskEmbeddings, scan_rows_dask, score_phase_dask
-from aflite_fast.core.solver import SolverOptions
-from aflite_fast.core.layout import reduction_group_rows
-
 
 # several reduction groups even on the small X of these tests
 pytestmark = pytest.mark.usefixtures("small_reduction_groups")

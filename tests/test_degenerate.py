@@ -5,13 +5,10 @@ import numpy as np
 import pytest
 
 from aflite_fast import aflite, evaluate_filter, predictability
-from aflite_fast.core import degenerate
-from aflite_fast.core import layout
-from aflite_fast.core import solver
 from aflite_fast.cli import main
+from aflite_fast.core import degenerate, layout, solver
 from aflite_fast.core.degenerate import check_moved, check_scale, unmoved_weights
-from aflite_fast.core.losses import check_transition
-from aflite_fast.core.losses import resolve_loss
+from aflite_fast.core.losses import check_transition, resolve_loss
 from aflite_fast.phase.backends import LocalBackend
 
 N, D = 400, 6

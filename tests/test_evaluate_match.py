@@ -17,8 +17,8 @@ import pytest
 
 from aflite_fast import aflite
 from aflite_fast.cli import main
-from aflite_fast.io.inputs import scan_rows
 from aflite_fast.io.fingerprint import ContentHash
+from aflite_fast.io.inputs import scan_rows
 
 
 @pytest.fixture

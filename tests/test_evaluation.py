@@ -7,8 +7,8 @@ import pytest
 
 from aflite_fast import EvaluationResult, aflite, evaluate_filter
 from aflite_fast.cli import main
-from aflite_fast.filtering.filter_evaluation import MIN_DROP, RepresentationScores, balanced_accuracy, decide
 from aflite_fast.experiments.synthetic_data import make_biased_circles
+from aflite_fast.filtering.filter_evaluation import MIN_DROP, RepresentationScores, balanced_accuracy, decide
 
 RUN = dict(n_partitions=16, train_size=0.5, slice_size=150, progress=False, n_jobs=1)
 

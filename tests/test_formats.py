@@ -31,9 +31,8 @@ import numpy as np
 import pytest
 
 from aflite_fast import aflite, oof_predict_proba
-from aflite_fast.io import inputs
 from aflite_fast.cli import main
-from aflite_fast.io import optional
+from aflite_fast.io import inputs, optional
 from aflite_fast.io.rowsource import ChunkedRows, ConcatRows, FileRows, InputChangedError
 from aflite_fast.phase import local
 

@@ -16,10 +16,9 @@ import pytest
 from sklearn.model_selection import GroupKFold
 
 from aflite_fast import AFLite, aflite, oof_predict_proba, predictability
-from aflite_fast.phase import local
-from aflite_fast.phase import partitions
-from aflite_fast.phase.groups import encode_groups
 from aflite_fast.filtering.oof import oof_run
+from aflite_fast.phase import local, partitions
+from aflite_fast.phase.groups import encode_groups
 
 RUN = dict(n_partitions=8, train_size=0.5, slice_size=60, tau=0.7, progress=False, n_jobs=1)
 

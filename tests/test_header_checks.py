@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from aflite_fast.cli import main
-from aflite_fast.io.inputs import open_embeddings
 from aflite_fast.io.arrayfile import open_array_file
+from aflite_fast.io.inputs import open_embeddings
 from aflite_fast.io.labelfile import read_labels_file
 
 

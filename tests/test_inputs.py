@@ -23,9 +23,9 @@ import pytest
 import scipy.sparse
 
 from aflite_fast import AFLite, RobustLogisticRegression, aflite, oof_predict_proba, predictability
+from aflite_fast.cli import main
 from aflite_fast.io import inputs
 from aflite_fast.io.rowsource import FileRows
-from aflite_fast.cli import main
 
 N, D = 240, 6
 _RUNS = itertools.count()

@@ -19,10 +19,7 @@ import pytest
 from sklearn.linear_model import LogisticRegression
 from threadpoolctl import threadpool_limits
 
-from aflite_fast.core import layout
-from aflite_fast.core import preconditioning
-from aflite_fast.core import prediction
-from aflite_fast.core import solver
+from aflite_fast.core import layout, preconditioning, prediction, solver
 from aflite_fast.phase.plan import kernel_C
 
 TIGHT = solver.SolverOptions(tol=1e-6, max_iter=2000)

@@ -15,8 +15,8 @@ import itertools
 import numpy as np
 import pytest
 
-from aflite_fast.io.labelfile import read_labels_file
 from aflite_fast.cli import main
+from aflite_fast.io.labelfile import read_labels_file
 
 N = 200
 _RUNS = itertools.count()

@@ -16,17 +16,15 @@ f. User losses: a Numba loss equal to GCE gives the same model; wrong weights ar
 g. aflite(..., loss="gce") runs; gce_trunc needs (and gets from its warmup) a warm start.
 h. The noise-robust experiment: noise matrices, label corruption, a small run and the CLI.
 """
-import dataclasses
 import argparse
+import dataclasses
 import math
 
 import numpy as np
 import pytest
 
 from aflite_fast import RobustLogisticRegression, aflite
-from aflite_fast.core import layout
-from aflite_fast.core import prediction
-from aflite_fast.core import solver
+from aflite_fast.core import layout, prediction, solver
 from aflite_fast.core.losses import LOSS_NAMES, LossSpec, needs_warmup, resolve_loss
 from aflite_fast.core.user_losses import UserLoss, user_loss
 

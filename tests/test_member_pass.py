@@ -19,15 +19,10 @@ e. The workspace: rows of a shrinking active set compacted in place across phase
 import numpy as np
 import pytest
 
-from aflite_fast.core import _kernel
 from aflite_fast import predictability
-from aflite_fast.phase import gather
-from aflite_fast.phase import local
-from aflite_fast.phase import partitions
-from aflite_fast.core import layout
-from aflite_fast.core import preconditioning
-from aflite_fast.core import solver
+from aflite_fast.core import _kernel, layout, preconditioning, solver
 from aflite_fast.core.losses import resolve_loss
+from aflite_fast.phase import gather, local, partitions
 
 
 def _index(member, positions=None):

@@ -15,9 +15,7 @@ import numpy as np
 import pytest
 
 from aflite_fast.cli import main
-from aflite_fast.phase import dask_backend
-from aflite_fast.phase import local
-from aflite_fast.phase import partitions
+from aflite_fast.phase import dask_backend, local, partitions
 
 INTERNALS = ("Traceback", "allow_pickle", "object at 0x", "Unable to allocate", "ast.")
 

@@ -18,13 +18,10 @@ import pytest
 import scipy.optimize
 
 from aflite_fast import aflite, predictability
-from aflite_fast.phase import local
-from aflite_fast.phase import partitions
-from aflite_fast.core import layout
-from aflite_fast.core import prediction
-from aflite_fast.core import solver
-from aflite_fast.phase import multiple_choice as mc
 from aflite_fast.cli import main
+from aflite_fast.core import layout, prediction, solver
+from aflite_fast.phase import local, partitions
+from aflite_fast.phase import multiple_choice as mc
 
 
 def make_items(rng, n, K, d, artifact=0.4, noise=2.0):

@@ -25,12 +25,11 @@ import numpy as np
 import pytest
 
 from aflite_fast import aflite, predictability
-from aflite_fast.cli import _figure
-from aflite_fast.phase import local
-from aflite_fast.cli import main
-from aflite_fast.phase.groups import select_groups
-from aflite_fast.filtering.null import NULL_TAG, null_seed, permuted_labels, summarize
+from aflite_fast.cli import _figure, main
 from aflite_fast.experiments.synthetic_data import make_biased_circles
+from aflite_fast.filtering.null import NULL_TAG, null_seed, permuted_labels, summarize
+from aflite_fast.phase import local
+from aflite_fast.phase.groups import select_groups
 
 N = 1000
 RUN = dict(target_size=250, n_partitions=16, train_size=0.2, slice_size=20, tau=0.75, progress=False,

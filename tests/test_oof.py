@@ -22,7 +22,13 @@ from sklearn.model_selection import KFold, StratifiedKFold, cross_val_predict
 from threadpoolctl import threadpool_limits
 
 from aflite_fast import predictability
-from aflite_fast.filtering.label_issues import annealed_thresholds, annealing_issues, audit, filter_label_issues, self_confidence_issues
+from aflite_fast.filtering.label_issues import (
+    annealed_thresholds,
+    annealing_issues,
+    audit,
+    filter_label_issues,
+    self_confidence_issues,
+)
 from aflite_fast.filtering.oof import make_folds, oof_predict_proba, oof_run
 
 

@@ -13,9 +13,9 @@ import warnings
 import numpy as np
 import pytest
 
-from aflite_fast.filtering import oof
 from aflite_fast import oof_predict_proba
 from aflite_fast.cli import main
+from aflite_fast.filtering import oof
 
 N = 600
 

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from aflite_fast import aflite
-from aflite_fast.phase import local
 from aflite_fast.io.inputs import gather_rows
+from aflite_fast.phase import local
 
 N, D_FEAT = 8000, 128
 KW = dict(target_size=7550, n_partitions=6, train_size=400, slice_size=150, tau=0.6,

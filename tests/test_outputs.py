@@ -20,9 +20,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from aflite_fast.cli import main
 from aflite_fast.io import atomic as _atomic
 from aflite_fast.io.atomic import STATE_DIR, OutputSet
-from aflite_fast.cli import main
 from aflite_fast.phase import local
 
 ARGS = ["--target-size", "150", "--partitions", "4", "--train-size", "100", "--slice-size", "50",

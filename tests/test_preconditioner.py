@@ -21,10 +21,7 @@ from sklearn.linear_model import LogisticRegression
 from threadpoolctl import threadpool_limits
 
 from aflite_fast import RobustLogisticRegression
-from aflite_fast.core import _kernel
-from aflite_fast.core import preconditioning
-from aflite_fast.core import layout
-from aflite_fast.core import solver
+from aflite_fast.core import _kernel, layout, preconditioning, solver
 
 
 def _rows(make_problem, seed, n, d, n_classes=3):

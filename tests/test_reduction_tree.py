@@ -13,12 +13,9 @@ import os
 import numpy as np
 import pytest
 
-from aflite_fast.core import layout
-from aflite_fast.core import preconditioning
-from aflite_fast.core import solver
-from aflite_fast.phase import multiple_choice as mc
+from aflite_fast.core import layout, preconditioning, solver
 from aflite_fast.core.losses import resolve_loss
-
+from aflite_fast.phase import multiple_choice as mc
 
 # several reduction groups even on the small X of these tests
 pytestmark = pytest.mark.usefixtures("small_reduction_groups")

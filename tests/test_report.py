@@ -19,8 +19,7 @@ import sys
 import numpy as np
 import pytest
 
-from aflite_fast.cli import _figure
-from aflite_fast.cli import main
+from aflite_fast.cli import _figure, main
 
 DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs")
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

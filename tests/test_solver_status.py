@@ -9,9 +9,9 @@ import pytest
 from sklearn.exceptions import ConvergenceWarning
 
 from aflite_fast import RobustLogisticRegression, aflite, predictability
-from aflite_fast.core.solver_status import status_counts, unmoved
 from aflite_fast.cli import main
 from aflite_fast.core.solver import STATUS_NAMES
+from aflite_fast.core.solver_status import status_counts, unmoved
 from aflite_fast.phase import local
 
 M = 6  # partitions

@@ -20,7 +20,6 @@ from sklearn.model_selection import cross_val_score
 import aflite_fast
 from aflite_fast.experiments.synthetic_data import SyntheticData, make_biased_circles, separation_levels
 
-
 # ``seed`` is the shared fixture of tests/conftest.py (AFLITE_FAST_TEST_SEED overrides it).
 
 

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from aflite_fast import aflite, predictability
-from aflite_fast.filtering.selection import select_rows as _select
 from aflite_fast.cli import main
+from aflite_fast.filtering.selection import select_rows as _select
 
 RUN = dict(target_size=300, n_partitions=8, train_size=0.5, slice_size=40, tau=0.75, progress=False,
            chance_check=False)

@@ -20,12 +20,12 @@ import numpy as np
 import pytest
 
 from aflite_fast import aflite
-from aflite_fast.io import inputs
-from aflite_fast.phase import local
 from aflite_fast.cli import main
+from aflite_fast.io import inputs
 from aflite_fast.io.atomic import STATE_DIR
 from aflite_fast.io.fingerprint import ContentHash, block_rows
 from aflite_fast.io.watch import InputWatch, source_files
+from aflite_fast.phase import local
 
 N = 900
 RUN = dict(target_size=450, n_partitions=6, train_size=0.5, slice_size=60, tau=0.6, progress=False,

@@ -63,8 +63,8 @@ def demo_table(n_samples=6000, seed=0, n_jobs=None, progress=True):
     """
     import numpy as np
 
-    from aflite_fast.filtering.loop import aflite
     from aflite_fast.experiments.synthetic_data import make_biased_circles
+    from aflite_fast.filtering.loop import aflite
 
     if n_samples < 200:
         raise ValueError(f"--n-samples must be at least 200, got {n_samples}")

@@ -75,8 +75,8 @@ def check_run_inputs(report, X, y, n_jobs=None):
     """
     import numpy as np
 
-    from aflite_fast.io.inputs import scan_rows
     from aflite_fast.io.fingerprint import ContentHash, canonical_dtype, labels_digest
+    from aflite_fast.io.inputs import scan_rows
 
     again = "give the embeddings the run used"
     if report["n_rows"] != X.shape[0]:
@@ -119,12 +119,12 @@ def _listed(values, most=6):
 def run(args):
     import numpy as np
 
-    from aflite_fast.io.inputs import open_embeddings
-    from aflite_fast.io.atomic import OutputSet
-    from aflite_fast.io.labelfile import read_labels_file
-    from aflite_fast.io.watch import InputWatch
     from aflite_fast.cli._figure import REPORT_JSON, REPORT_PNG, draw_report, read_report, require_matplotlib
     from aflite_fast.cli._inputs import read_groups, resolve_labels
+    from aflite_fast.io.atomic import OutputSet
+    from aflite_fast.io.inputs import open_embeddings
+    from aflite_fast.io.labelfile import read_labels_file
+    from aflite_fast.io.watch import InputWatch
 
     prog = "aflite-fast evaluate"
     out_dir = os.fspath(args.dir)

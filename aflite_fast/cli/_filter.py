@@ -5,12 +5,20 @@ import time
 import warnings
 from dataclasses import dataclass
 
-from aflite_fast.filtering.modes import CLASS_QUOTAS, NULL_MODES, REMOVE_MODES, STOP_RULES, TIE_BREAKS
 from aflite_fast._version import __version__
-from aflite_fast.io.atomic import OutputSet
 from aflite_fast.cli._args import HelpFormatter, add_flag, cap_threads, memory_size, positive_int, positive_seconds
-from aflite_fast.cli._inputs import (add_groups_arguments, add_input_arguments, add_model_arguments, loss_params,
-                                     read_eval_rows, read_groups, resolve_labels, train_size_arg)
+from aflite_fast.cli._inputs import (
+    add_groups_arguments,
+    add_input_arguments,
+    add_model_arguments,
+    loss_params,
+    read_eval_rows,
+    read_groups,
+    resolve_labels,
+    train_size_arg,
+)
+from aflite_fast.filtering.modes import CLASS_QUOTAS, NULL_MODES, REMOVE_MODES, STOP_RULES, TIE_BREAKS
+from aflite_fast.io.atomic import OutputSet
 
 #: Files the command writes into --out, switched in together (aflite_fast.io.atomic).
 OUTPUT_NAMES = ("keep.npy", "scores.npy", "report.json")

@@ -82,11 +82,11 @@ def _csv_text(result, y):
 
 def run(args):
     """Run the ``label-issues`` subcommand; returns 0 (bad input raises ValueError: exit 2)."""
-    from aflite_fast.io.inputs import open_embeddings
-    from aflite_fast.io.atomic import write_file_atomically
-    from aflite_fast.io.labelfile import read_labels_file
-    from aflite_fast.filtering.label_issues import filter_label_issues
     from aflite_fast.cli._inputs import resolve_labels
+    from aflite_fast.filtering.label_issues import filter_label_issues
+    from aflite_fast.io.atomic import write_file_atomically
+    from aflite_fast.io.inputs import open_embeddings
+    from aflite_fast.io.labelfile import read_labels_file
 
     prog = "aflite-fast label-issues"
     start = time.perf_counter()

@@ -87,8 +87,12 @@ def run(args):
         0 on success.  Invalid arguments, missing data and a missing optional dependency
         raise ValueError or ImportError, which ``aflite_fast.cli.main`` turns into exit code 2.
     """
-    from aflite_fast.experiments.noise_robust import (DEFAULT_LOSSES, DEFAULT_SETTINGS,
-                                            run_noise_robust_experiment, table_markdown)
+    from aflite_fast.experiments.noise_robust import (
+        DEFAULT_LOSSES,
+        DEFAULT_SETTINGS,
+        run_noise_robust_experiment,
+        table_markdown,
+    )
 
     losses = DEFAULT_LOSSES
     if args.losses:

@@ -85,13 +85,13 @@ def _check_out(path):
 
 
 def run(args):
-    from aflite_fast.io.inputs import open_embeddings
+    from aflite_fast.cli._inputs import loss_params, read_groups, resolve_labels
+    from aflite_fast.core.solver_status import status_counts
+    from aflite_fast.filtering.oof import oof_run
     from aflite_fast.io.atomic import write_file_atomically
+    from aflite_fast.io.inputs import open_embeddings
     from aflite_fast.io.labelfile import read_labels_file
     from aflite_fast.io.watch import InputWatch
-    from aflite_fast.filtering.oof import oof_run
-    from aflite_fast.core.solver_status import status_counts
-    from aflite_fast.cli._inputs import loss_params, read_groups, resolve_labels
 
     prog = "aflite-fast oof"
     start = time.perf_counter()

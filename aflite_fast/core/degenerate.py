@@ -29,8 +29,8 @@ d. Models whose weights never left their start, whatever the solver status says
    Warm-started models are not checked: their start is itself a trained model.
 """
 import numpy as np
-from aflite_fast.io.scale import DataScale
 
+from aflite_fast.io.scale import DataScale
 
 #: Rows of X looked at by the cheap first look of :func:`check_scale`.
 SAMPLE_ROWS = 2048

@@ -13,7 +13,6 @@ import numpy as np
 from aflite_fast.core.compiled import _kernel
 from aflite_fast.runtime.threads import for_row_ranges
 
-
 #: Rows of the active set summed together before their sum joins the running total.  Row
 #: blocks are aligned to positions in the active set (not in the block's training rows), so
 #: a model's gradient does not depend on which other models share its block.

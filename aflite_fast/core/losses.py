@@ -39,8 +39,9 @@ from typing import Optional
 
 import numpy as np
 
-from aflite_fast.core.loss_names import LOSS_CODES as _CODES, LOSS_NAMES
+from aflite_fast.core.loss_names import LOSS_CODES as _CODES
 from aflite_fast.core.loss_names import LOSS_CODES as _LOSS_CODES
+from aflite_fast.core.loss_names import LOSS_NAMES
 
 _USER_CODE = _CODES["user"]
 
@@ -141,7 +142,6 @@ _PARAMS = {
     "sce": _sce_params,
     "forward": _forward_params,
 }
-
 
 
 def _check_spec(spec):

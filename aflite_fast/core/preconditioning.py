@@ -12,15 +12,15 @@ c. Its memory (:func:`preconditioner_bytes`, :func:`phase_preconditioner_bytes`)
 d. A phase's preconditioner from rows read by the caller (:func:`phase_preconditioner`), which
    the local and the Dask backends both use.
 """
+import warnings
 from dataclasses import dataclass
 from typing import Optional
+
 import numpy as np
 
 from aflite_fast.core.compiled import _kernel
-from aflite_fast.runtime.threads import limit_blas_threads, limit_threads
-import warnings
 from aflite_fast.core.layout import block_bounds
-
+from aflite_fast.runtime.threads import limit_blas_threads, limit_threads
 
 #: Rows of the sample a preconditioner is estimated from: this many per column, at least
 #: :data:`PRECOND_MIN_ROWS` (all rows when there are fewer), at most

@@ -7,8 +7,8 @@ summed probability of the label, and optionally every class's probability).
 import numpy as np
 
 from aflite_fast.core.compiled import _kernel
-from aflite_fast.runtime.threads import limit_blas_threads
 from aflite_fast.core.layout import COL_BLOCK, block_bounds
+from aflite_fast.runtime.threads import limit_blas_threads
 
 
 def stack_weights(coef):

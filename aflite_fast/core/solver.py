@@ -14,16 +14,25 @@ serves both shapes (``csrc/afl_member.h``, E).
 """
 import numbers
 from dataclasses import dataclass
+
 import numpy as np
 
-from aflite_fast.core.compiled import _kernel
-from aflite_fast.runtime.threads import limit_blas_threads
-from aflite_fast.core.losses import resolve_loss
-from aflite_fast.core.layout import COL_BLOCK, REDUCE_LEAVES, ROW_BLOCK, block_bounds, item_blocks, item_centered, reduction_layout, row_blocks_from_positions, super_blocks
-from aflite_fast.core.losses import MC_FORWARD_MESSAGE, _LOSS_FORWARD
 from aflite_fast.core import preconditioning
+from aflite_fast.core.compiled import _kernel
+from aflite_fast.core.layout import (
+    COL_BLOCK,
+    REDUCE_LEAVES,
+    ROW_BLOCK,
+    block_bounds,
+    item_blocks,
+    item_centered,
+    reduction_layout,
+    row_blocks_from_positions,
+    super_blocks,
+)
+from aflite_fast.core.losses import _LOSS_FORWARD, MC_FORWARD_MESSAGE, resolve_loss
 from aflite_fast.core.preconditioning import _NO_MATRIX, Preconditioner, preconditioner_forms, preconditioner_sample
-
+from aflite_fast.runtime.threads import limit_blas_threads
 
 STATUS_NAMES = {
     _kernel.STATUS_CONVERGED: "converged",

@@ -19,10 +19,11 @@ c. ``warn_not_converged``: a ConvergenceWarning when any model stopped at max_it
    that silence it without importing scikit-learn (``warnings.filterwarnings(message=...)``).
 """
 import warnings
+
 import numpy as np
+
 from aflite_fast.core.solver import STATUS_NAMES
 from aflite_fast.io.scale import DataScale
-
 
 _CONVERGED = next(code for code, name in STATUS_NAMES.items() if name == "converged")
 

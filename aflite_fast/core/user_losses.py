@@ -45,7 +45,7 @@ import math
 
 import numpy as np
 
-from aflite_fast.core.losses import LossSpec, _CODES
+from aflite_fast.core.losses import _CODES, LossSpec
 
 __all__ = ["UserLoss", "user_loss", "SIGNATURE"]
 
@@ -60,8 +60,8 @@ def _compile(fn):
     """``numba.cfunc`` of ``fn`` with :data:`SIGNATURE` (or ``fn`` itself if already compiled)."""
     try:
         import numba
-        from numba.core.ccallback import CFunc as _CFunc
         from numba.core import sigutils
+        from numba.core.ccallback import CFunc as _CFunc
     except ImportError as exc:  # pragma: no cover - numba is a hard dependency
         raise ImportError("user losses need numba (pip install numba)") from exc
     if isinstance(fn, _CFunc):

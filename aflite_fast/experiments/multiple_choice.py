@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from aflite_fast.io.atomic import OutputSet
 from aflite_fast.experiments.synthetic_data import make_multiple_choice
+from aflite_fast.io.atomic import OutputSet
 
 __all__ = ["MultipleChoiceResult", "run_multiple_choice", "run_multiple_choice_experiment"]
 
@@ -51,8 +51,7 @@ class MultipleChoiceResult:
 def linear_accuracy(X, y, train, test, C=1.0, n_jobs=1):
     """Test accuracy of the kernel's linear scorer (softmax over the candidates) trained on
     the items ``train`` and predicting the items ``test``."""
-    from aflite_fast.core import prediction
-    from aflite_fast.core import solver
+    from aflite_fast.core import prediction, solver
     from aflite_fast.phase.multiple_choice import augment_items
 
     K, d = X.shape[1], X.shape[2]

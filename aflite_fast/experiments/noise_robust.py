@@ -33,14 +33,12 @@ import time
 
 import numpy as np
 
-from aflite_fast.core import layout
-from aflite_fast.core import prediction
-from aflite_fast.core import solver
-from aflite_fast.runtime.threads import effective_n_threads
-from aflite_fast.phase.plan import kernel_C
+from aflite_fast.core import layout, prediction, solver
 from aflite_fast.core.losses import needs_warmup, resolve_loss
-from aflite_fast.io.atomic import OutputSet
 from aflite_fast.experiments._names import DATASETS, FASHION_MNIST_DIR
+from aflite_fast.io.atomic import OutputSet
+from aflite_fast.phase.plan import kernel_C
+from aflite_fast.runtime.threads import effective_n_threads
 
 __all__ = ["DEFAULT_LOSSES", "DEFAULT_SETTINGS", "FASHION_MNIST_DIR", "noise_matrix",
            "corrupt_labels", "load_dataset", "fit_predict", "run_noise_robust",

@@ -27,6 +27,7 @@ from typing import List
 import numpy as np
 
 from aflite_fast.filtering.modes import CLASS_QUOTAS
+
 #: Default ``margin`` of ``stop="chance"``: balanced accuracy this close to chance is chance.
 DEFAULT_MARGIN = 0.02
 

@@ -5,9 +5,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d
 
-from aflite_fast.core import layout
-from aflite_fast.core import prediction
-from aflite_fast.core import solver
+from aflite_fast.core import layout, prediction, solver
 from aflite_fast.core.losses import PARAMETER_NAMES, resolve_loss
 from aflite_fast.core.solver_status import status_counts, warn_not_converged
 from aflite_fast.filtering.loop import aflite

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from aflite_fast.io.inputs import encode_labels
 from aflite_fast.filtering.oof import oof_run
+from aflite_fast.io.inputs import encode_labels
 
 
 @dataclass

@@ -27,8 +27,14 @@ from tqdm.auto import tqdm
 from aflite_fast.core.solver_status import status_counts, total_status, warn_not_converged
 from aflite_fast.filtering.chance import N_PERMUTATIONS, ChanceCheck, warn_if_chance
 from aflite_fast.filtering.checkpoint import Checkpoint, LoopState, data_fingerprint
-from aflite_fast.filtering.curation import (DEFAULT_MARGIN, SeedEnsemble, apply_quotas, chance_verdict,
-                                            check_curation_args, probe)
+from aflite_fast.filtering.curation import (
+    DEFAULT_MARGIN,
+    SeedEnsemble,
+    apply_quotas,
+    chance_verdict,
+    check_curation_args,
+    probe,
+)
 from aflite_fast.filtering.modes import REMOVE_MODES, TIE_BREAKS
 from aflite_fast.filtering.null import check_null_args, null_counts, summarize
 from aflite_fast.filtering.problem import Problem, validate_settings
@@ -40,7 +46,6 @@ from aflite_fast.phase.evaluation_rows import fingerprint as eval_fingerprint
 from aflite_fast.phase.groups import check_group_train_size, partition_groups
 from aflite_fast.phase.partitions import seed_entropy
 from aflite_fast.runtime.memory import parse_memory
-
 
 #: Equal-width bins over [0, 1] of the per-phase score histogram (``PhaseRecord.score_hist``).
 SCORE_BINS = 20
@@ -203,8 +208,6 @@ class AFLiteResult:
         return np.flatnonzero(mask).astype(np.int64)
 
 
-
-
 def _run_parameters(settings, spec, entropy, tol, max_iter, remove, null, n_null, stop, is_eval=None,
                     eval_only_score=False, position_bias=None, tie_break="label_prob", curation=None):
     """What a checkpoint must agree on: every setting that changes the result (the null's and the
@@ -254,7 +257,6 @@ class _Curation:
             out.update(sources=hashlib.sha256(np.ascontiguousarray(self.sources.codes, dtype="<i8").tobytes())
                        .hexdigest())
         return out
-
 
 
 def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, tau=0.75, C=1.0,

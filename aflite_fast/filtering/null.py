@@ -38,6 +38,7 @@ from typing import List, Optional
 import numpy as np
 
 from aflite_fast.filtering.modes import NULL_MODES, STOP_RULES
+
 #: Standard deviations of the null count the observed count must exceed (see :func:`summarize`).
 NULL_SIGMAS = 3.0
 #: Middle word of a permutation's spawn key, "null" in ASCII; partition keys have two words.

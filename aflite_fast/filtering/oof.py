@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from aflite_fast.core import prediction, preconditioning, solver
+from aflite_fast.core import preconditioning, prediction, solver
 from aflite_fast.filtering.problem import Problem, check_C, validate_settings
 from aflite_fast.io.inputs import gather_rows
 from aflite_fast.phase import gather, plan

@@ -22,8 +22,8 @@ import os
 
 import numpy as np
 
-from aflite_fast.io.rowsource import ChunkedRows, ConcatRows, FileRows, natural_key
 from aflite_fast.io._pread import SharedFile
+from aflite_fast.io.rowsource import ChunkedRows, ConcatRows, FileRows, natural_key
 
 
 def _pa():

@@ -7,8 +7,8 @@ import numpy as np
 
 from aflite_fast.io.fingerprint import block_rows
 from aflite_fast.io.formats import open_rows
-from aflite_fast.io.rowsource import RowSource
 from aflite_fast.io.rows import first_nonfinite_row, first_row_beyond
+from aflite_fast.io.rowsource import RowSource
 from aflite_fast.runtime.threads import for_row_ranges
 
 #: Largest magnitude the float32 kernel can hold; float64 values beyond it would become inf.

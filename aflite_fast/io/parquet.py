@@ -15,9 +15,9 @@ import os
 
 import numpy as np
 
+from aflite_fast.io._pread import InputChangedError
 from aflite_fast.io.arrow import column_to_numpy, column_width, list_values, pick_column
 from aflite_fast.io.rowsource import ChunkedRows, natural_key
-from aflite_fast.io._pread import InputChangedError
 
 #: Decoded bytes per batch (rows of the embedding column in their stored dtype).
 BATCH_BYTES = 16 << 20

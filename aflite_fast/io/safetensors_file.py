@@ -14,8 +14,8 @@ import struct
 
 import numpy as np
 
-from aflite_fast.io.rowsource import FileRows
 from aflite_fast.io._pread import SharedFile
+from aflite_fast.io.rowsource import FileRows
 
 #: safetensors dtype names -> NumPy dtypes (little-endian, as the format stores them).
 DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4", "I16": "<i2", "I8": "i1",

@@ -1,7 +1,6 @@
 """The scale of X, measured only when a model failed and its likely cause is wanted."""
 import numpy as np
 
-
 #: Above this |X - column mean| the likely cause of a stuck solver is the scale of X.
 LARGE_VALUE = 1e6
 

@@ -16,9 +16,9 @@ import os
 
 import numpy as np
 
+from aflite_fast.io._pread import SharedFile
 from aflite_fast.io.arrayfile import array_layout, open_array_file
 from aflite_fast.io.rowsource import ArrayRows, ConcatRows, FileRows, natural_key
-from aflite_fast.io._pread import SharedFile
 
 GLOB_CHARS = "*?["
 

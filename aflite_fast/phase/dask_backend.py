@@ -33,21 +33,23 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from aflite_fast.core import preconditioning
-from aflite_fast.phase import plan
-from aflite_fast.phase import scores
-from aflite_fast.core import layout
-from aflite_fast.core import prediction
-from aflite_fast.core import solver
-from aflite_fast.runtime.memory import parse_memory
-from aflite_fast.phase.multiple_choice import candidate_rows, is_multiple_choice, tail_columns
-from aflite_fast.io.arrayfile import open_array_file
-from aflite_fast.io.rows import membership_matrix
-from aflite_fast.io.inputs import (GATHER_CHUNK_BYTES, check_dtype, gather_rows, multiple_choice_order_message,
-                                   scan_block, scan_chunk_rows)
-from aflite_fast.io.fingerprint import block_digests
-from aflite_fast.io.rowsource import FileRows, RowSource
+from aflite_fast.core import layout, preconditioning, prediction, solver
 from aflite_fast.core.losses import resolve_loss
+from aflite_fast.io.arrayfile import open_array_file
+from aflite_fast.io.fingerprint import block_digests
+from aflite_fast.io.inputs import (
+    GATHER_CHUNK_BYTES,
+    check_dtype,
+    gather_rows,
+    multiple_choice_order_message,
+    scan_block,
+    scan_chunk_rows,
+)
+from aflite_fast.io.rows import membership_matrix
+from aflite_fast.io.rowsource import FileRows, RowSource
+from aflite_fast.phase import plan, scores
+from aflite_fast.phase.multiple_choice import candidate_rows, is_multiple_choice, tail_columns
+from aflite_fast.runtime.memory import parse_memory
 
 __all__ = ["DaskEmbeddings", "DaskPhaseScores", "as_dask_array", "connect", "connect_scheduler", "close_client",
            "leaf_ranges", "score_phase_dask", "scan_rows_dask"]

@@ -2,6 +2,7 @@
 intercept column), and the buffer kept from phase to phase (:class:`Workspace`: the next phase's
 rows are a subset of this one's, compacted in place)."""
 import numpy as np
+
 from aflite_fast.core import layout
 from aflite_fast.io.inputs import gather_rows
 from aflite_fast.phase.multiple_choice import candidate_rows, gather_items

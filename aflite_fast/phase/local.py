@@ -37,8 +37,15 @@ from aflite_fast.core import layout, prediction, solver
 from aflite_fast.core.preconditioning import phase_preconditioner, phase_preconditioner_form, preconditioner_chunk_rows
 from aflite_fast.io.rows import membership_matrix
 from aflite_fast.phase.gather import gather, gather_new
-from aflite_fast.phase.plan import (check_phase_memory, gather_chunk_bytes, kernel_C, phase_shape, plan_blocks,
-                                    prediction_row_bytes, training_bytes)
+from aflite_fast.phase.plan import (
+    check_phase_memory,
+    gather_chunk_bytes,
+    kernel_C,
+    phase_shape,
+    plan_blocks,
+    prediction_row_bytes,
+    training_bytes,
+)
 from aflite_fast.phase.scores import PhaseScores
 from aflite_fast.runtime.memory import parse_memory
 

@@ -9,11 +9,11 @@ the membership matrix, per-row counts, the models); what is left sets the blocks
 """
 import numpy as np
 
-from aflite_fast.core.compiled import _kernel
 from aflite_fast.core import layout
-from aflite_fast.runtime.memory import format_size
+from aflite_fast.core.compiled import _kernel
 from aflite_fast.io.inputs import GATHER_CHUNK_BYTES
 from aflite_fast.phase.multiple_choice import n_extra_columns
+from aflite_fast.runtime.memory import format_size
 
 
 def kernel_C(C, n_classes):

@@ -1,5 +1,6 @@
 """The per-row results of one phase, as every backend returns them."""
 from dataclasses import dataclass, field
+
 import numpy as np
 
 
