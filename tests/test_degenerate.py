@@ -4,7 +4,7 @@ import json
 import numpy as np
 import pytest
 
-from aflite_fast import aflite, evaluate_filter, predictability
+from aflite_fast import RobustLogisticRegression, aflite, evaluate_filter, predictability
 from aflite_fast.core import degenerate
 from aflite_fast.core import layout
 from aflite_fast.core import solver
@@ -147,6 +147,8 @@ def test_zero_weights_where_the_labels_cancel_are_refused_naming_the_cause():
                                          r"of zero \(solver status: converged: 1\): their training rows vary, but "
                                          r"the gradient at zero weights is exactly zero .* labels cancel exactly"):
         check_moved(coef, info["status"], X=X, train_rows=lambda j: np.arange(20), tol=1e-4)
+    with pytest.raises(ValueError, match="labels cancel exactly.*every prediction would be a tie"):
+        RobustLogisticRegression().fit(X, y)
 
 
 def test_a_gradient_at_zero_below_tol_no_longer_stops_a_cold_start():

@@ -123,6 +123,6 @@ def check_moved(coef, status=None, *, X, center=None, train_rows, tol, what="mod
                          "columns, or check that the embeddings differ between rows")
     raise ValueError(f"{head}: their training rows vary, but the gradient at zero weights is exactly zero on them, "
                      "so the labels cancel exactly (e.g. every row repeated with the other label, twins of "
-                     "opposite labels): every held-out row would be a tie of the classes and the tie rule, not "
-                     "the data, would decide what is removed; drop or merge the repeated rows, or give rows "
-                     "that differ where their labels do")
+                     "opposite labels): every prediction would be a tie of the classes (in a filter, the tie "
+                     "rule, not the data, would decide what is removed); drop or merge the repeated rows, or give "
+                     "rows that differ where their labels do")
