@@ -260,8 +260,8 @@ def test_shuffled_labels_are_called_bias_removed_at_most_once_in_50_seeds(seed):
     """Without the run's result there is no chance check; a second representation that shares
     X's neighbourhoods (here a noisy projection of X, as a bag of words is of the sentence
     vectors of the same text) then shows trap 2 too, and its drop alone was called a removed
-    bias (5 of these 50 seeds under the earlier rule, with its 3 random subsets).  The label-permuted control measures that
-    drop; neither with nor without features does a shuffled-label filter pass it more than once."""
+    bias (5 of these 50 seeds under the earlier rule, with its 3 random subsets).  The
+    label-permuted control measures that drop; neither with nor without features does a shuffled-label filter pass it more than once."""
     verdicts = {"features": [], "X": []}
     for s in range(50):
         rng = np.random.default_rng([seed, s, 34])
@@ -339,8 +339,9 @@ def test_multiple_choice_probe_is_the_filters_scorer_and_folds_hold_groups(seed)
     ev = evaluate_filter(X, y, res.keep, groups=groups, cv=3, n_random=2, random_state=seed)
     assert ev.multiple_choice and 0.0 <= ev.kept_balanced_accuracy <= 1.0
     for bad in (np.ones((400, 3, 5), np.float32), np.ones((400, 5), np.float32)):
-        with pytest.raises(ValueError, match=rf"features has shape \({', '.join(map(str, bad.shape))}\); for "
-                                             r"multiple-choice X .* must be \(items, candidates, d2\) = \(400, 4, d2\)"):
+        shape = ", ".join(map(str, bad.shape))
+        with pytest.raises(ValueError, match=rf"features has shape \({shape}\); for multiple-choice X .* must be "
+                                             r"\(items, candidates, d2\) = \(400, 4, d2\)"):
             evaluate_filter(X, y, res.keep, features=bad, random_state=seed)
 
 

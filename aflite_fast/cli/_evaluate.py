@@ -109,7 +109,8 @@ def check_run_inputs(report, X, y, n_jobs=None):
                          "report.json's labels_sha256): give the labels the run used")
     digest = report.get("x_sha256")
     if digest is not None:
-        rows = X.reshape(-1, X.shape[-1]) if X.ndim == 3 else X  # multiple choice: its N x K candidate rows, as the run read them
+        # multiple choice: its N x K candidate rows, as the run read them
+        rows = X.reshape(-1, X.shape[-1]) if X.ndim == 3 else X
         with ContentHash(rows.shape, X.dtype, n_jobs) as content:
             scan_rows(rows, fingerprint=content)
         if content.hexdigest() != digest:

@@ -164,9 +164,9 @@ class EvaluationResult(RepresentationScores):
                      f"{f.random_balanced_accuracy:.3f} (sd {f.random_balanced_accuracy_std:.3f}).")
         if self.control is not None:
             c = self.control
+            which = "second" if c["representation"] == "features" else "filtering"
             text += (f" With the labels permuted, a filter of the same size against the filtering representation "
-                     f"drops it by {c['drop']:.3f} on the {'second' if c['representation'] == 'features' else 'filtering'}"
-                     f" representation.")
+                     f"drops balanced accuracy by {c['drop']:.3f} on the {which} representation.")
         return text + f" Verdict: {self.verdict} ({self.reason})."
 
     def to_dict(self):
@@ -209,7 +209,8 @@ def _hits(rep, y, rows, groups, cv, seed, n_jobs):
         from aflite_fast.phase.partitions import TRAIN_PAD
 
         # folds over items, not stratified: the scorer is the same at every position
-        folds = make_folds(cv, np.zeros(rows.size, dtype=np.int64), seed, groups=None if groups is None else groups[rows])
+        folds = make_folds(cv, np.zeros(rows.size, dtype=np.int64), seed,
+                           groups=None if groups is None else groups[rows])
         train_pos = np.full((len(folds), max(tr.size for tr, _ in folds)), TRAIN_PAD, dtype=np.int64)
         for k, (train, _) in enumerate(folds):
             train_pos[k, :train.size] = train
