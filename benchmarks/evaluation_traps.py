@@ -10,8 +10,9 @@ b. Planted bias (the paper's section-3 circles, 8000 rows; second representation
 c. Hit rates of the chance check over ``--seeds`` data seeds (1200 x 16, m = 16, t = 0.5,
    k = 100, target 400): independent labels at priors 0.5 and 0.6 (a warning is a hit), and the
    paper's circles (no warning is a hit), with the verdicts ``evaluate_filter`` gives from the
-   run's result alone and with a second representation (independent labels: 8 more Gaussian
-   columns; circles: a noisy random projection, as in b).
+   run's result alone, with a second representation (independent labels: 8 more Gaussian
+   columns; circles: a noisy random projection, as in b), and from the second representation
+   without the run's result (then its label-permuted control decides).
 
     PYTHONPATH=. python benchmarks/evaluation_traps.py [--seeds 20] [--figure docs/figure_evaluation.png] [--json out.json]
 """
@@ -64,14 +65,15 @@ def one_case(name, X, y, F, seed):
         class1_share_full=share(np.bincount(y)), class1_share_kept=share(res.kept_per_class),
         null_stop_removed=int(null.removed.size), run_seconds=run_s, evaluate_seconds=eval_s,
         evaluation=ev.to_dict(),
-        verdict_without_result=evaluate_filter(X, y, res.keep, random_state=seed).verdict)
+        **dict(zip(("verdict_without_result", "reason_without_result"),
+                   (lambda ev: (ev.verdict, ev.reason))(evaluate_filter(X, y, res.keep, random_state=seed)))))
 
 
 def hit_rates(n_seeds):
     rows = []
     run = dict(target_size=400, n_partitions=16, train_size=0.5, slice_size=100, progress=False)
     for kind in ("independent, prior 0.5", "independent, prior 0.6", "planted (circles)"):
-        warned, verdicts, with_f, null_removed, excess = 0, Counter(), Counter(), 0, []
+        warned, verdicts, with_f, f_only, null_removed, excess = 0, Counter(), Counter(), Counter(), 0, []
         for s in range(n_seeds):
             if kind.startswith("planted"):
                 X, y, F = planted(1000 + s, 1200)
@@ -88,10 +90,12 @@ def hit_rates(n_seeds):
             excess.append((res.chance.n_above_tau - res.chance.null_mean) / res.chance.margin)
             verdicts[evaluate_filter(X, y, res.keep, result=res, random_state=s).verdict] += 1
             with_f[evaluate_filter(X, y, res.keep, result=res, features=F, random_state=s).verdict] += 1
+            f_only[evaluate_filter(X, y, res.keep, features=F, random_state=s).verdict] += 1
             null_removed += aflite(X, y, random_state=s, null="permutation", n_null=3, stop="null",
                                    **run).removed.size > 0
         rows.append(dict(kind=kind, seeds=n_seeds, warned=warned, verdicts=dict(verdicts),
-                         verdicts_with_features=dict(with_f), null_stop_removed_any=null_removed,
+                         verdicts_with_features=dict(with_f), verdicts_features_only=dict(f_only),
+                         null_stop_removed_any=null_removed,
                          excess_in_margins=sorted(excess)))
     return rows
 
@@ -164,14 +168,16 @@ def main(argv=None):
             print(f"| {which} | {e[f'{which}_balanced_accuracy']:.3f}{sd('balanced_accuracy', e)} | "
                   f"{e[f'{which}_accuracy']:.3f}{sd('accuracy', e)} | {e[f'{which}_majority_rate']:.3f} | "
                   f"{f[f'{which}_balanced_accuracy']:.3f}{sd('balanced_accuracy', f)} |")
-        print(f"verdict: {e['verdict']} ({e['reason']}); without the result or features: {c['verdict_without_result']}")
+        print(f"verdict: {e['verdict']} ({e['reason']}); without the result or features: {c['verdict_without_result']}"
+              f" ({c['reason_without_result']})")
     print("\n| data | seeds | chance warning | verdicts (result only) | verdicts (result and features) "
-          "| runs where stop='null' removed rows |")
-    print("|---|---:|---:|---|---|---:|")
+          "| verdicts (features, no result) | runs where stop='null' removed rows |")
+    print("|---|---:|---:|---|---|---|---:|")
     join = lambda d: ", ".join(f"{k}: {v}" for k, v in sorted(d.items()))  # noqa: E731
     for r in rates:
         print(f"| {r['kind']} | {r['seeds']} | {r['warned']} | {join(r['verdicts'])} | "
-              f"{join(r['verdicts_with_features'])} | {r['null_stop_removed_any']} |")
+              f"{join(r['verdicts_with_features'])} | {join(r['verdicts_features_only'])} | "
+              f"{r['null_stop_removed_any']} |")
     print("\n(observed - permuted mean) / margin of phase 0, the five lowest and the five highest:")
     for r in rates:
         e = r["excess_in_margins"]

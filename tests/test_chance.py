@@ -167,3 +167,31 @@ def test_chance_check_from_counts_applies_the_null_margin():
     assert not ChanceCheck.from_counts(1000, 0.75, 135, [100, 110, 90]).by_chance
     assert ChanceCheck.from_dict(c.as_dict()) == c
     assert "do not exceed" in chance_line(c, "paper") and chance_line(c, "null") is None
+
+
+def _twins(s, n_pairs=1000, d=16, eps=2e-3):
+    """Pairs of near-identical rows (a base row plus and minus a small random difference) with
+    opposite labels, which twin is 1 drawn at random: a linear scorer is at chance on them, and
+    the twins' terms of the gradient at zero weights cancel but for their small difference."""
+    rng = np.random.default_rng([s, 188])
+    base, diff = rng.standard_normal((n_pairs, d)), rng.standard_normal((n_pairs, d))
+    X = np.repeat(base, 2, axis=0) + eps * np.repeat(diff, 2, axis=0) * np.tile([1.0, -1.0], n_pairs)[:, None]
+    first = rng.integers(0, 2, n_pairs)
+    return X.astype(np.float32), np.stack([first, 1 - first], axis=1).ravel(), np.repeat(np.arange(n_pairs), 2)
+
+
+@pytest.mark.parametrize("s", [0, 1, 2])
+def test_twins_of_opposite_labels_train_and_the_grouped_check_calls_them_chance(s):
+    """Before the solver's stop relative to the start, every model stopped at zero weights
+    ("converged", 0 iterations: the gradient there is under tol) and the ties scored every
+    label-0 row 1.  Now they train; with groups= the pairs, partitions hold whole pairs and the
+    check's permutations keep every pair's opposite labels, so a scorer at chance is called so."""
+    X, y, pairs = _twins(s)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = aflite(X, y, groups=pairs, random_state=s, **dict(RUN, target_size=1600, slice_size=200))
+    assert res.history[0].mean_iterations > 0 and res.history[0].solver_status["converged"] == 16
+    assert res.chance.by_chance and any(issubclass(w.category, ChanceWarning) for w in caught)
+    # not the tie rule: the rows reaching tau are not those of label 0
+    scores = res.scores
+    assert abs(np.mean(scores[y == 0]) - np.mean(scores[y == 1])) < 0.1

@@ -4,7 +4,7 @@ import json
 import numpy as np
 import pytest
 
-from aflite_fast import aflite, evaluate_filter, predictability
+from aflite_fast import RobustLogisticRegression, aflite, evaluate_filter, predictability
 from aflite_fast.cli import main
 from aflite_fast.core import degenerate, layout, solver
 from aflite_fast.core.degenerate import check_moved, check_scale, unmoved_weights
@@ -132,14 +132,43 @@ def test_weights_that_never_moved_are_refused_whatever_the_status(labels):
     check_moved(moved, X=X, train_rows=every_row, tol=1e-4)  # no error
 
 
-def test_zero_weights_that_are_the_optimum_stand():
+def test_zero_weights_where_the_labels_cancel_are_refused_naming_the_cause():
     """Rows that vary, classes with equal column sums: the gradient at zero is exactly zero, so
-    zero weights are the optimum, not a model that could not move."""
+    the solver stays there; every held-out row would be a tie, so the model is refused, with
+    the cause (labels that cancel), not the flat rows' message."""
     X = np.array([[1.0], [-1.0], [1.0], [-1.0]] * 5, dtype=np.float32)
     y = np.array([0, 0, 1, 1] * 5, dtype=np.int32)
     coef, info = solver.train_models(layout.augment_rows(X, X.mean(axis=0)), y, np.ones((20, 1), np.uint8), 2)
     assert unmoved_weights(coef).all()
-    check_moved(coef, info["status"], X=X, train_rows=lambda j: np.arange(20), tol=1e-4)  # no error
+    with pytest.raises(ValueError, match=r"1 of 1 model\(s\) ended with every weight still at its starting value "
+                                         r"of zero \(solver status: converged: 1\): their training rows vary, but "
+                                         r"the gradient at zero weights is exactly zero .* labels cancel exactly"):
+        check_moved(coef, info["status"], X=X, train_rows=lambda j: np.arange(20), tol=1e-4)
+    with pytest.raises(ValueError, match="labels cancel exactly.*every prediction would be a tie"):
+        RobustLogisticRegression().fit(X, y)
+
+
+def test_a_gradient_at_zero_below_tol_no_longer_stops_a_cold_start():
+    """Twins of opposite labels: their terms of the gradient at zero cancel but for the small
+    difference between them, below tol; the absolute test alone stopped every model at zero
+    ("converged", untrained).  The stop relative to the start trains them."""
+    rng = np.random.default_rng(3)
+    base = rng.standard_normal((200, 8))
+    diff = rng.standard_normal((200, 8))
+    X = (np.repeat(base, 2, axis=0) + 2e-3 * np.repeat(diff, 2, axis=0) * np.tile([1.0, -1.0], 200)[:, None])
+    y = np.tile([0, 1], 200).astype(np.int32)
+    Xa = layout.augment_rows(X.astype(np.float32), X.mean(axis=0).astype(np.float32))
+    g0 = np.abs((Xa[:, :-1].astype(np.float64).T @ (0.5 - np.eye(2)[y]))).max() / 400
+    assert g0 < 1e-4  # the absolute test alone stops at the start
+    coef, info = solver.train_models(Xa, y, np.ones((400, 2), np.uint8), 2, options=solver.SolverOptions(tol=1e-4))
+    assert np.all(info["n_iter"] > 0) and not unmoved_weights(coef).any()
+    assert np.all(info["status"] == 0)
+    # the fit is the optimum's: held-in argmax of a tight float64 fit
+    from sklearn.linear_model import LogisticRegression
+
+    ref = LogisticRegression(tol=1e-10, max_iter=10000).fit(X, y)
+    ours = np.argmax(Xa @ coef[0].astype(np.float32), axis=1)
+    assert np.mean(ours == ref.predict(X)) >= 0.99
 
 
 def test_unmoved_weights_are_refused_in_the_loop_and_the_cli(labels, monkeypatch, tmp_path, capsys):

@@ -1,11 +1,12 @@
 """evaluate_filter and ``aflite-fast evaluate``: the kept set against random subsets of its size."""
 import json
 import os
+import warnings
 
 import numpy as np
 import pytest
 
-from aflite_fast import EvaluationResult, aflite, evaluate_filter
+from aflite_fast import ChanceWarning, EvaluationResult, aflite, evaluate_filter
 from aflite_fast.cli import main
 from aflite_fast.experiments.synthetic_data import make_biased_circles
 from aflite_fast.filtering.filter_evaluation import MIN_DROP, RepresentationScores, balanced_accuracy, decide
@@ -49,11 +50,18 @@ def test_planted_bias_is_removed_and_called_so(make, seed):
     assert ev.features.kept_balanced_accuracy <= ev.features.random_balanced_accuracy - 0.1
     assert ev.verdict == "bias_removed" and ev.clear_drop and ev.features.clear_drop
     assert ev.n_kept == res.keep.size and ev.class_counts["kept"] == res.kept_per_class.tolist()
-    # the chance check alone confirms it too; the drop on X alone never does
+    assert ev.control is None  # the run's chance check stands in for the control
+    # the chance check alone confirms it too
     assert evaluate_filter(X, y, res.keep, result=res, random_state=seed).verdict == "bias_removed"
-    alone = evaluate_filter(X, y, res.keep, random_state=seed)
-    assert alone.verdict == "no_evidence" and "alone proves nothing" in alone.reason
-    assert alone.kept_balanced_accuracy == ev.kept_balanced_accuracy  # same folds, same subsets
+    # without the run's result, evaluate_filter's own label-permuted control does: a filter of
+    # the same size on permuted labels drops far less than this one
+    for kwargs in (dict(features=F), {}):
+        alone = evaluate_filter(X, y, res.keep, random_state=seed, **kwargs)
+        assert alone.verdict == "bias_removed" and "with the labels permuted" in alone.reason
+        c = alone.control
+        assert c["representation"] == ("features" if kwargs else "X") and c["exceeds"]
+        assert c["excess"] > c["margin"] >= MIN_DROP
+        assert alone.kept_balanced_accuracy == ev.kept_balanced_accuracy  # same folds, same subsets
 
 
 def _scores(drop, std=0.01):
@@ -62,19 +70,28 @@ def _scores(drop, std=0.01):
                                 drop=drop, clear_drop=clear)
 
 
-@pytest.mark.parametrize("x_drop, f_drop, chance, verdict", [
-    (0.2, 0.2, {"by_chance": True, "n_above_tau": 5, "null_mean": 5.0}, "chance"),
-    (0.2, None, {"by_chance": True, "n_above_tau": 5, "null_mean": 5.0}, "chance"),
-    (0.2, 0.2, None, "bias_removed"),
-    (0.2, 0.005, None, "not_confirmed"),
-    (0.2, 0.005, {"by_chance": False}, "not_confirmed"),  # the second representation outranks the check
-    (0.2, None, {"by_chance": False}, "bias_removed"),
-    (0.2, None, None, "no_evidence"),
-    (0.01, 0.2, {"by_chance": False}, "no_evidence"),
-    (0.015, None, {"by_chance": False}, "no_evidence"),  # below MIN_DROP
+ABOVE = {"exceeds": True, "representation": "features", "drop": 0.01, "excess": 0.19, "margin": 0.02}
+WITHIN = {"exceeds": False, "representation": "features", "drop": 0.19, "excess": 0.01, "margin": 0.02}
+
+
+@pytest.mark.parametrize("x_drop, f_drop, chance, control, verdict", [
+    (0.2, 0.2, {"by_chance": True, "n_above_tau": 5, "null_mean": 5.0}, None, "chance"),
+    (0.2, None, {"by_chance": True, "n_above_tau": 5, "null_mean": 5.0}, None, "chance"),
+    (0.2, 0.2, {"by_chance": False}, None, "bias_removed"),
+    (0.2, 0.2, None, ABOVE, "bias_removed"),
+    (0.2, 0.2, None, WITHIN, "chance"),  # what a filter on permuted labels also gives
+    (0.2, 0.2, None, None, "no_evidence"),  # nothing says it is not chance
+    (0.2, 0.005, None, None, "not_confirmed"),
+    (0.2, 0.005, {"by_chance": False}, None, "not_confirmed"),  # the second representation outranks the check
+    (0.2, None, {"by_chance": False}, None, "bias_removed"),
+    (0.2, None, None, dict(ABOVE, representation="X"), "bias_removed"),
+    (0.2, None, None, dict(WITHIN, representation="X"), "chance"),
+    (0.2, None, None, None, "no_evidence"),
+    (0.01, 0.2, {"by_chance": False}, None, "no_evidence"),
+    (0.015, None, {"by_chance": False}, None, "no_evidence"),  # below MIN_DROP
 ])
-def test_the_verdict_rule(x_drop, f_drop, chance, verdict):
-    assert decide(_scores(x_drop), None if f_drop is None else _scores(f_drop), chance)[0] == verdict
+def test_the_verdict_rule(x_drop, f_drop, chance, control, verdict):
+    assert decide(_scores(x_drop), None if f_drop is None else _scores(f_drop), chance, control)[0] == verdict
 
 
 def test_a_drop_within_two_sd_of_the_random_subsets_is_not_clear():
@@ -237,3 +254,107 @@ def test_cli_evaluate_refusals(seed, tmp_path, capsys):
         main(["evaluate", "--help"])
     text = capsys.readouterr().out
     assert "bias_removed" in text and "--features" in text and "balanced accuracy" in text
+
+
+def test_shuffled_labels_are_called_bias_removed_at_most_once_in_50_seeds(seed):
+    """Without the run's result there is no chance check; a second representation that shares
+    X's neighbourhoods (here a noisy projection of X, as a bag of words is of the sentence
+    vectors of the same text) then shows trap 2 too, and its drop alone was called a removed
+    bias (5 of these 50 seeds under the earlier rule, with its 3 random subsets).  The
+    label-permuted control measures that drop; neither with nor without features does a shuffled-label filter pass it more than once."""
+    verdicts = {"features": [], "X": []}
+    for s in range(50):
+        rng = np.random.default_rng([seed, s, 34])
+        X = rng.standard_normal((400, 8)).astype(np.float32)
+        F = (X @ rng.standard_normal((8, 5)) + 0.1 * rng.standard_normal((400, 5))).astype(np.float32)
+        y = rng.integers(0, 2, 400)
+        res = aflite(X, y, target_size=200, n_partitions=16, train_size=0.5, slice_size=50, random_state=s,
+                     progress=False, chance_check=False, n_jobs=1)
+        verdicts["features"].append(evaluate_filter(X, y, res.keep, features=F, cv=3, random_state=s, n_jobs=1))
+        verdicts["X"].append(evaluate_filter(X, y, res.keep, cv=3, random_state=s, n_jobs=1))
+    for which, evs in verdicts.items():
+        assert sum(ev.verdict == "bias_removed" for ev in evs) <= 1, which
+    # the control did decide: clear drops on both representations that it called chance
+    assert sum(ev.verdict == "chance" and ev.features.clear_drop for ev in verdicts["features"]) >= 1
+    assert all(ev.n_random == 5 for ev in verdicts["X"])
+
+
+def choice_set(seed, n=1000, shuffled=False):
+    """The synthetic multiple-choice experiment's items (an artifact on the right candidate of
+    half of them), filtered with the experiment's shares (target 0.3, training 0.2, slices
+    0.02 of the items; 16 partitions); the second representation a noisy random projection of
+    every candidate."""
+    from aflite_fast.experiments.synthetic_data import make_multiple_choice
+
+    data = make_multiple_choice(n, random_state=seed)
+    rng = np.random.default_rng([seed, 193])
+    F = data.X @ rng.standard_normal((data.X.shape[2], 5)) + 0.5 * rng.standard_normal(data.X.shape[:2] + (5,))
+    y = rng.permutation(data.y) if shuffled else data.y
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ChanceWarning)  # shuffled labels: the point of the test
+        res = aflite(data.X, y, target_size=int(0.3 * n), n_partitions=16, train_size=int(0.2 * n),
+                     slice_size=int(0.02 * n), random_state=seed, progress=False, n_jobs=1)
+    return data.X, y, F.astype(np.float32), res
+
+
+def test_multiple_choice_filtered_set_is_judged(seed):
+    X, y, F, res = choice_set(seed)
+    ev = evaluate_filter(X, y, res.keep, result=res, features=F, random_state=seed)
+    assert ev.multiple_choice and ev.classes == [0, 1, 2, 3] and ev.n_kept == res.keep.size
+    assert ev.verdict == "bias_removed" and ev.clear_drop and ev.features.clear_drop
+    # the linear candidate scorer reads the artifact on all items, and hardly on the kept ones
+    assert ev.random_balanced_accuracy >= 0.5 and ev.kept_balanced_accuracy <= 0.35
+    assert "kept items" in ev.summary()
+    for kwargs in (dict(features=F), {}):  # the control in place of the run's chance check
+        alone = evaluate_filter(X, y, res.keep, random_state=seed, **kwargs)
+        assert alone.verdict == "bias_removed" and alone.control["exceeds"]
+    # shuffled labels: whatever the filter removed, it is not called a removed bias
+    Xs, ys, Fs, shuffled = choice_set(seed, shuffled=True)
+    for kwargs in (dict(result=shuffled, features=Fs), dict(features=Fs), {}):
+        assert evaluate_filter(Xs, ys, shuffled.keep, random_state=seed, **kwargs).verdict != "bias_removed"
+
+
+def test_multiple_choice_probe_is_the_filters_scorer_and_folds_hold_groups(seed):
+    """The probe's held-out hits are those of the kernel's candidate scorer trained on the other
+    folds (checked by hand on one fold), and grouped folds split no group."""
+    from aflite_fast.filtering.filter_evaluation import _hits, _probe_problem, _Representation
+    from aflite_fast.filtering.oof import make_folds
+    from aflite_fast.filtering.problem import Problem
+    from aflite_fast.phase.backends import LocalBackend
+    from aflite_fast.phase.multiple_choice import augment_items, scorer
+    from aflite_fast.core import solver
+
+    X, y, _, res = choice_set(seed, 400)
+    problem = _probe_problem(Problem.open(X, y, backend=LocalBackend(1)).scan())
+    rows = np.arange(0, 400, 2)
+    hit = _hits(_Representation(problem.X, problem), problem.labels.codes, rows, None, 3, 7, 1)
+    train, test = make_folds(3, np.zeros(rows.size, np.int64), 7)[0]
+    Xa = augment_items(X[rows[train]], problem.center)
+    coef, _ = solver.train_models(Xa, y[rows[train]].astype(np.int32), np.ones((train.size, 1), np.uint8), 1,
+                                  group=4, options=solver.SolverOptions(tol=1e-4))
+    w, b = scorer(coef[0], 4, X.shape[2], False)
+    by_hand = np.argmax(X[rows[test]] @ w + b, axis=1) == y[rows[test]]
+    assert np.mean(by_hand == hit[test]) >= 0.99
+    groups = np.arange(400) // 4
+    ev = evaluate_filter(X, y, res.keep, groups=groups, cv=3, n_random=2, random_state=seed)
+    assert ev.multiple_choice and 0.0 <= ev.kept_balanced_accuracy <= 1.0
+    for bad in (np.ones((400, 3, 5), np.float32), np.ones((400, 5), np.float32)):
+        shape = ", ".join(map(str, bad.shape))
+        with pytest.raises(ValueError, match=rf"features has shape \({shape}\); for multiple-choice X .* must be "
+                                             r"\(items, candidates, d2\) = \(400, 4, d2\)"):
+            evaluate_filter(X, y, res.keep, features=bad, random_state=seed)
+
+
+def test_cli_multiple_choice_filter_evaluate_and_evaluate(seed, tmp_path, capsys):
+    X, y, F, _ = choice_set(seed, 600)
+    for name, arr in (("X.npy", X), ("y.npy", y), ("F.npy", F)):
+        np.save(tmp_path / name, arr)
+    base = [str(tmp_path / "X.npy"), str(tmp_path / "y.npy")]
+    assert main(["filter", *base, "--out", str(tmp_path / "o"), "--target-size", "180", "--train-size", "120",
+                 "--slice-size", "12", "--n-partitions", "16", "--evaluate", "--features", str(tmp_path / "F.npy"),
+                 "--quiet"]) == 0
+    ev = json.loads((tmp_path / "o" / "report.json").read_text())["evaluation"]
+    assert ev["multiple_choice"] and ev["verdict"] == "bias_removed" and ev["features"]["clear_drop"]
+    assert main(["evaluate", str(tmp_path / "o"), *base, "--features", str(tmp_path / "F.npy"), "--quiet"]) == 0
+    again = json.loads((tmp_path / "o" / "report.json").read_text())["evaluation"]
+    assert {k: v for k, v in again.items() if k != "chance"} == {k: v for k, v in ev.items() if k != "chance"}

@@ -10,18 +10,22 @@ PARAMETER_FLAGS = {"features": "--features", "cv": "--cv", "n_random": "--n-rand
 
 _DESCRIPTION = """\
 Compare the rows a filter run kept (DIR/keep.npy) with random subsets of the same size: a probe
-(the package's out-of-fold logistic regression, --cv folds) on each set, on EMB (the
+(the package's out-of-fold logistic regression, --cv folds; for a multiple-choice EMB, N x K x d,
+the filter's linear scorer of candidates, folds over items) on each set, on EMB (the
 representation the run filtered with) and on --features F2 (a second representation of the same
 rows that the filter never saw, e.g. bag of words when EMB holds sentence vectors). It reports
 balanced accuracy (read this one: plain accuracy moves with the class balance), plain accuracy,
 the majority rate and the class counts of every set, and a verdict:
 
   chance         the run's chance check (report.json: chance_check) found phase 0's rows at or
-                 above tau within what permuted labels give
-  bias_removed   balanced accuracy on the kept rows clearly below random subsets' (by 0.02 and
-                 2 sd at least), confirmed on F2 or, without F2, by the chance check
+                 above tau within what permuted labels give; without a chance check
+                 (--no-chance-check), a filter of the same size on permuted labels (the control)
+                 drops balanced accuracy as much as the run's filter did
+  no_evidence    no clear drop on EMB: balanced accuracy on the kept rows not below random
+                 subsets' by 0.02 and more than 2 of their sd
   not_confirmed  a clear drop on EMB that F2 does not show
-  no_evidence    otherwise
+  bias_removed   clear drops on EMB and on F2 (when given), and not chance by the chance check
+                 or the control
 
 The evaluation joins DIR/report.json (key "evaluation"), and report.png gets one more panel if
 DIR has one; DIR's output set is switched in whole (docs/outputs.md). See docs/evaluation.md.
@@ -35,12 +39,13 @@ def add_parser(subparsers):
     p.add_argument("dir", metavar="DIR", help="output directory of 'aflite-fast filter'")
     add_input_arguments(p)
     p.add_argument("--features", default=None, metavar="F2",
-                   help="a second representation of the same rows (.npy/.npz), N x d2")
+                   help="a second representation of the same rows (.npy/.npz), N x d2 (multiple-choice EMB: "
+                        "N x K x d2, one vector per candidate)")
     add_groups_arguments(p, "group id per row: no group is split between a probe's training and "
                             "held-out rows")
     p.add_argument("--cv", type=int, default=5, help="folds of the probe")
-    p.add_argument("--n-random", type=positive_int, default=3, metavar="N",
-                   help="random subsets of the kept set's size")
+    p.add_argument("--n-random", type=positive_int, default=5, metavar="N",
+                   help="random subsets of the kept set's size (a drop must exceed 2 of their sd)")
     p.add_argument("--seed", type=int, default=0, help="random seed of the subsets and folds")
     add_flag(p, "--n-jobs", "--threads", type=positive_int, default=None, metavar="N",
              help="threads (default: all cores); results do not depend on it")
@@ -48,7 +53,7 @@ def add_parser(subparsers):
     return p
 
 
-def evaluation_of(X, y, keep, report, *, features=None, groups=None, seed=0, n_jobs=None, cv=5, n_random=3):
+def evaluation_of(X, y, keep, report, *, features=None, groups=None, seed=0, n_jobs=None, cv=5, n_random=5):
     """The dict report.json keeps under ``evaluation``: :meth:`EvaluationResult.to_dict` of
     :func:`aflite_fast.evaluate_filter` (with the run's chance check from ``report``), plus the
     path of ``features``."""
@@ -94,7 +99,8 @@ def check_run_inputs(report, X, y, n_jobs=None):
         if not same:
             raise ValueError(f"EMB holds {X.dtype} values but the run in DIR filtered {np.dtype(dtype)}: {again}")
     classes = report.get("classes")
-    if classes is not None and np.unique(y).tolist() != classes:
+    # multiple choice: the classes are the K positions, whether or not y uses all of them
+    if classes is not None and X.ndim == 2 and np.unique(y).tolist() != classes:
         raise ValueError(f"LABELS hold the classes {_listed(np.unique(y).tolist())} but the run in DIR had "
                          f"{_listed(classes)}: give the labels the run used")
     digest = report.get("labels_sha256")
@@ -103,8 +109,10 @@ def check_run_inputs(report, X, y, n_jobs=None):
                          "report.json's labels_sha256): give the labels the run used")
     digest = report.get("x_sha256")
     if digest is not None:
-        with ContentHash(X.shape, X.dtype, n_jobs) as content:
-            scan_rows(X, fingerprint=content)
+        # multiple choice: its N x K candidate rows, as the run read them
+        rows = X.reshape(-1, X.shape[-1]) if X.ndim == 3 else X
+        with ContentHash(rows.shape, X.dtype, n_jobs) as content:
+            scan_rows(rows, fingerprint=content)
         if content.hexdigest() != digest:
             raise ValueError("EMB has the run's shape and dtype but not its content (its fingerprint differs from "
                              f"report.json's x_sha256): {again}")
@@ -133,7 +141,7 @@ def run(args):
     resolve_labels(args)
     watch = InputWatch([("EMB", args.embeddings), ("LABELS", args.labels), ("--groups", args.groups),
                         ("--features", args.features)])
-    X = open_embeddings(args.embeddings, args.column)
+    X = open_embeddings(args.embeddings, args.column, items=True)
     y = read_labels_file(args.labels, column=args.labels_column, header=args.labels_header)
     groups = None if args.groups is None else read_groups(args)
     with OutputSet(out_dir, [REPORT_JSON], label="DIR", extend=True, before_commit=watch.check) as out:

@@ -186,8 +186,8 @@ def add_parser(subparsers):
                    help="at the end, compare the kept rows with random subsets of their size "
                         "(see 'aflite-fast evaluate') and add it to report.json (and report.png)")
     p.add_argument("--features", default=None, metavar="F2",
-                   help="with --evaluate: a second representation of the rows (.npy), N x d2, "
-                        "which the filter never saw")
+                   help="with --evaluate: a second representation of the rows (.npy), N x d2 (multiple-choice "
+                        "EMB: N x K x d2), which the filter never saw")
     p.add_argument("--plot", action="store_true",
                    help="also draw DIR/report.png (see 'aflite-fast report'); needs matplotlib")
     p.add_argument("--card", action="store_true",

@@ -110,6 +110,13 @@ cdef enum:
     _NOT_FINITE = 3
 
 STATUS_CONVERGED = _CONVERGED
+
+# A model started from zero stops on its gradient only once the largest entry is at most
+# min(gtol, START_RTOL * its largest entry at the start): on rows whose gradient at zero is
+# already below gtol (twins of opposite labels cancel each other's terms) the absolute test
+# alone would report the start as converged, untrained.  Warm starts keep the absolute test.
+cdef double _START_RTOL = 1e-2
+START_RTOL = _START_RTOL
 STATUS_MAX_ITER = _MAX_ITER
 STATUS_LINE_SEARCH = _LINE_SEARCH
 STATUS_NOT_FINITE = _NOT_FINITE
@@ -274,15 +281,17 @@ cdef void _solver_update(int64_t P, int hist, int *state, int *status, int *n_it
                          double ft, double *p, double *S, double *Y, double *rho,
                          int *mem_len, int *mem_head, double *alph,
                          double *alpha, double *gp, int *n_ls,
-                         double gtol, double ftol, int max_iter, int max_ls) noexcept nogil:
+                         double *gtol_j, double gtol, double ftol, int max_iter, int max_ls) noexcept nogil:
     """Advance one model's L-BFGS state machine after evaluating f, g at its trial point.
 
     A first evaluation or an accepted step leaves the model in ST_DIRECTION with q (the first
     loop of the two-loop recursion) in p: its new direction needs H0 q, which the caller
     computes for all such models at once (_solver_direction finishes it).  A rejected step
-    shortens alpha; a stopping rule ends the model (ST_DONE, with its status)."""
+    shortens alpha; a stopping rule ends the model (ST_DONE, with its status).  gtol_j is the
+    model's own gradient tolerance: negative for a cold start until its first evaluation sets
+    it to min(gtol, START_RTOL * the largest gradient entry there), gtol for a warm start."""
     cdef int64_t k
-    cdef double sy, yy, f_old, a_new, denom
+    cdef double sy, yy, f_old, a_new, denom, g0
     cdef double *s
     cdef double *yv
     if state[0] == ST_INIT:
@@ -293,7 +302,10 @@ cdef void _solver_update(int64_t P, int hist, int *state, int *status, int *n_it
         f[0] = ft
         memcpy(x, xt, P * sizeof(double))
         memcpy(g, gt, P * sizeof(double))
-        if _max_abs(g, P) <= gtol:
+        g0 = _max_abs(g, P)
+        if gtol_j[0] < 0.0:
+            gtol_j[0] = gtol if gtol <= _START_RTOL * g0 else _START_RTOL * g0
+        if g0 <= gtol_j[0]:
             state[0] = ST_DONE
             status[0] = _CONVERGED
             return
@@ -325,7 +337,7 @@ cdef void _solver_update(int64_t P, int hist, int *state, int *status, int *n_it
         memcpy(x, xt, P * sizeof(double))
         memcpy(g, gt, P * sizeof(double))
         n_iter[0] += 1
-        if _max_abs(g, P) <= gtol:
+        if _max_abs(g, P) <= gtol_j[0]:
             state[0] = ST_DONE
             status[0] = _CONVERGED
             return
@@ -805,6 +817,7 @@ ctypedef struct _lbfgs_t:
     double *ft
     double *alpha
     double *gp
+    double *gtol_j
     int *state
     int *status
     int *iters
@@ -823,7 +836,7 @@ cdef int _lbfgs_init(_lbfgs_t *st, int64_t D, int64_t B, int C, const _precond_t
                      int32_t *n_eval_out, int n_threads, int n_free) noexcept nogil:
     """Allocate the state of B models starting at coef (B x D * C), whose last n_free rows are
     not penalised; -1 when memory is short (free it with _lbfgs_free either way)."""
-    cdef int64_t j
+    cdef int64_t j, k
     cdef int64_t P = D * C
     memset(st, 0, sizeof(_lbfgs_t))
     st.D = D
@@ -864,6 +877,7 @@ cdef int _lbfgs_init(_lbfgs_t *st, int64_t D, int64_t B, int C, const _precond_t
     st.ft = <double *> malloc(B * sizeof(double))
     st.alpha = <double *> malloc(B * sizeof(double))
     st.gp = <double *> malloc(B * sizeof(double))
+    st.gtol_j = <double *> malloc(B * sizeof(double))
     st.state = <int *> malloc(B * sizeof(int))
     st.status = <int *> malloc(B * sizeof(int))
     st.iters = <int *> malloc(B * sizeof(int))
@@ -877,7 +891,7 @@ cdef int _lbfgs_init(_lbfgs_t *st, int64_t D, int64_t B, int C, const _precond_t
     st.O = <double *> malloc(D * B * st.C2 * sizeof(double)) if st.use_pre else NULL
     if (st.Wc == NULL or st.sca == NULL or st.xt == NULL or st.gt == NULL or st.g == NULL
             or st.p == NULL or st.S == NULL or st.Y == NULL or st.rho == NULL or st.alph == NULL
-            or st.f == NULL or st.ft == NULL or st.alpha == NULL or st.gp == NULL
+            or st.f == NULL or st.ft == NULL or st.alpha == NULL or st.gp == NULL or st.gtol_j == NULL
             or st.state == NULL or st.status == NULL or st.iters == NULL or st.n_ls == NULL
             or st.mem_len == NULL or st.mem_head == NULL or st.active == NULL or st.dirs == NULL
             or (st.use_pre and (st.V == NULL or st.O == NULL))):
@@ -892,12 +906,20 @@ cdef int _lbfgs_init(_lbfgs_t *st, int64_t D, int64_t B, int C, const _precond_t
         st.mem_head[j] = 0
         st.alpha[j] = 0.0
         memset(st.p + j * P, 0, P * sizeof(double))
+        # a cold start (every weight zero) gets its tolerance from its first gradient
+        st.gtol_j[j] = gtol
+        for k in range(P):
+            if coef[j * P + k] != 0.0:
+                break
+        else:
+            st.gtol_j[j] = -1.0
     return 0
 
 
 cdef void _lbfgs_free(_lbfgs_t *st) noexcept nogil:
     free(st.Wc); free(st.sca); free(st.xt); free(st.gt); free(st.g); free(st.p); free(st.S)
     free(st.Y); free(st.rho); free(st.alph); free(st.f); free(st.ft); free(st.alpha); free(st.gp)
+    free(st.gtol_j)
     free(st.state); free(st.status); free(st.iters); free(st.n_ls); free(st.mem_len)
     free(st.mem_head); free(st.active); free(st.dirs); free(st.V); free(st.O)
     memset(st, 0, sizeof(_lbfgs_t))
@@ -956,7 +978,8 @@ cdef int _lbfgs_advance(_lbfgs_t *st, const double *grad, int64_t gstride, const
                        st.coef + j * P, st.g + j * P, &st.f[j], st.xt + j * P, st.gt + j * P, st.ft[j],
                        st.p + j * P, st.S + j * hist * P, st.Y + j * hist * P, st.rho + j * hist,
                        &st.mem_len[j], &st.mem_head[j], st.alph + j * hist,
-                       &st.alpha[j], &st.gp[j], &st.n_ls[j], st.gtol, st.ftol, st.max_iter, st.max_ls)
+                       &st.alpha[j], &st.gp[j], &st.n_ls[j], &st.gtol_j[j], st.gtol, st.ftol, st.max_iter,
+                       st.max_ls)
     # new search directions: H0 [q, y] of all such models in one product
     nN = 0
     for j in range(st.B):

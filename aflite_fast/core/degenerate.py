@@ -20,13 +20,16 @@ c. A forward-correction matrix T that is not row-stochastic or is singular
 d. Models whose weights never left their start, whatever the solver status says
    (:func:`check_moved`): a cold-started model (weights zero) that still has every weight
    exactly zero after training is an intercept-only model, even when the solver reports it
-   "converged" (its gradient was below ``tol`` from the start).  It is refused when its own
-   training rows gave it nothing to learn from: their largest deviation from their own column
-   means is at most ``tol`` (X constant, or nearly, on those rows).  Where they do vary, zero
-   weights are the optimum within ``tol`` (the labels carry no linear signal on those rows,
-   e.g. a small training set whose two classes have equal column sums) and the model stands.
-   Only the unmoved models' rows are read, so the check costs nothing on ordinary data.
-   Warm-started models are not checked: their start is itself a trained model.
+   "converged".  The solver's stopping test leaves zero only where the gradient there is
+   exactly zero (a cold start stops once its largest gradient entry is at most
+   ``min(tol, START_RTOL * its value at zero)``, :class:`aflite_fast.core.solver.SolverOptions`),
+   so such a model is refused, with its cause: its training rows vary by at most ``tol`` (X
+   constant, or nearly, on those rows), or they vary but the labels cancel exactly on them
+   (every row repeated with the other label, twins of opposite labels; the classes' column
+   sums equal).  Either way every held-out row would be a tie of the classes, and the tie
+   rule, not the data, would decide what is removed.  Only the unmoved models' rows are read,
+   so the check costs nothing on ordinary data.  Warm-started models are not checked: their
+   start is itself a trained model.
 """
 import numpy as np
 
@@ -80,9 +83,9 @@ def unmoved_weights(coef, start=None):
 
 
 def check_moved(coef, status=None, *, X, center=None, train_rows, tol, what="model"):
-    """Raise ValueError when a cold-started model's weights are all still zero and its training
-    rows vary by at most ``tol`` (d), whatever ``status`` (solver status codes, used only to
-    name them) says.
+    """Raise ValueError when a cold-started model's weights are all still zero (d), whatever
+    ``status`` (solver status codes, used only to name them) says; the message names the cause
+    (training rows that vary by at most ``tol``, or labels that cancel exactly on them).
 
     Parameters
     ----------
@@ -97,6 +100,8 @@ def check_moved(coef, status=None, *, X, center=None, train_rows, tol, what="mod
         The solver's tolerance.
     """
     stuck = np.flatnonzero(unmoved_weights(coef))
+    if stuck.size == 0:
+        return
     flat = []
     for j in stuck:
         rows = np.sort(np.asarray(train_rows(j), dtype=np.int64))
@@ -105,15 +110,19 @@ def check_moved(coef, status=None, *, X, center=None, train_rows, tol, what="mod
             block = block - np.asarray(center, dtype=np.float64)
         if block.size == 0 or np.abs(block - block.mean(axis=0)).max() <= tol:
             flat.append(j)
-    if not flat:
-        return
     detail = ""
     if status is not None:
         from aflite_fast.core.solver_status import status_counts
 
-        counts = status_counts(np.asarray(status)[flat])
+        counts = status_counts(np.asarray(status)[stuck])
         detail = " (solver status: " + ", ".join(f"{k}: {v}" for k, v in counts.items() if v) + ")"
-    raise ValueError(f"{len(flat)} of {len(coef)} {what}(s) ended with every weight still at its starting value "
-                     f"of zero{detail}, on training rows whose values vary by at most tol={tol:g}: they are "
-                     f"intercept-only models, {_PRIOR}; X gives them nothing to learn from: standardize X's "
-                     "columns, or check that the embeddings differ between rows")
+    head = f"{stuck.size} of {len(coef)} {what}(s) ended with every weight still at its starting value of zero{detail}"
+    if flat:
+        raise ValueError(f"{head}, on training rows whose values vary by at most tol={tol:g}: they are "
+                         f"intercept-only models, {_PRIOR}; X gives them nothing to learn from: standardize X's "
+                         "columns, or check that the embeddings differ between rows")
+    raise ValueError(f"{head}: their training rows vary, but the gradient at zero weights is exactly zero on them, "
+                     "so the labels cancel exactly (e.g. every row repeated with the other label, twins of "
+                     "opposite labels): every prediction would be a tie of the classes (in a filter, the tie "
+                     "rule, not the data, would decide what is removed); drop or merge the repeated rows, or give "
+                     "rows that differ where their labels do")

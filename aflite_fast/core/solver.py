@@ -34,6 +34,10 @@ from aflite_fast.core.losses import _LOSS_FORWARD, MC_FORWARD_MESSAGE, resolve_l
 from aflite_fast.core.preconditioning import _NO_MATRIX, Preconditioner, preconditioner_forms, preconditioner_sample
 from aflite_fast.runtime.threads import limit_blas_threads
 
+#: Share of a cold-started model's largest gradient entry at zero that its gradient must reach
+#: (besides ``tol``) to stop as converged (:class:`SolverOptions`).
+START_RTOL = _kernel.START_RTOL
+
 STATUS_NAMES = {
     _kernel.STATUS_CONVERGED: "converged",
     _kernel.STATUS_MAX_ITER: "max_iter",
@@ -50,7 +54,13 @@ class SolverOptions:
     ----------
     tol : float
         Stop when the largest absolute gradient entry is at most ``tol`` (scikit-learn's
-        ``tol`` for ``solver="lbfgs"``; the objective is the mean loss plus the L2 term).
+        ``tol`` for ``solver="lbfgs"``; the objective is the mean loss plus the L2 term) and,
+        for a model started from zero, also at most ``START_RTOL`` (1e-2) times its value at
+        zero.  The second test is scale-free: where the gradient at zero is already below
+        ``tol`` (rows of a small scale, or twins of opposite labels whose terms cancel) the
+        first alone would report the start as converged, an untrained model; elsewhere (a
+        gradient at zero above ``tol / START_RTOL``) the first decides, as before.  Warm starts
+        (a trained model) use ``tol`` alone.
         Logits are float32, so the gradient is exact to about 1e-6 only: below that, models
         stop through ``ftol`` or the line search (reported as converged, as SciPy reports
         its relative-reduction stop) rather than through ``tol``.

@@ -10,7 +10,15 @@ a. Permutation (:func:`permuted_labels`): a permutation of the active rows' labe
    exchange their labels as wholes (then the labels are shuffled inside each group), so a
    group keeps its mix of labels (twins of one label, or of opposite labels, stay so); the
    rows of groups whose size no other active group has are permuted as single rows among
-   themselves.  Labels and embeddings become independent, nothing else changes.
+   themselves.  Labels and embeddings become independent, nothing else changes.  Why: the
+   null must be a no-signal version of the same design.  Across rows, a permutation would
+   give half of the pairs of twins with opposite labels (WinoGrande's) one label; held out
+   together, such a pair is predicted right or wrong twice, where real twins are right once,
+   so the null's counts would describe other data.  The partitions train on whole groups, so
+   the permutation's unit is the group too.  Multiple choice: an item is a row and its label
+   the right candidate's position; permuting positions across items (or across whole groups
+   of items) keeps each position's count, and to a scorer shared over positions it is the
+   same as drawing each item's right candidate at random within the item.
 b. Seeds (:func:`null_seed`): permutation i of phase p draws from
    ``SeedSequence(entropy, spawn_key=(p, NULL_TAG, i))``.  Partition j of phase p draws from
    ``spawn_key=(p, j)``; a key of three words is never one of two, so the two streams never
