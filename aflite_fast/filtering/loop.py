@@ -31,7 +31,7 @@ from aflite_fast.filtering.null import check_null_args, null_counts, summarize
 from aflite_fast.filtering.problem import Problem, validate_settings
 from aflite_fast.filtering.selection import phase_selection, tie_key
 from aflite_fast.io.watch import describe
-from aflite_fast.phase.backends import make_backend
+from aflite_fast.phase.backends import ClusterLost, make_backend
 from aflite_fast.phase.evaluation_rows import eligible_positions
 from aflite_fast.phase.evaluation_rows import fingerprint as eval_fingerprint
 from aflite_fast.phase.groups import check_group_train_size, partition_groups
@@ -67,6 +67,11 @@ class PhaseRecord:
     ``bytes_moved``: bytes sent between processes by the phase (null passes included):
     ``backend="dask"`` counts the arrays it sends each way (docs/dask.md), the local engine 0.
     ``chance`` (phase 0 only, with the chance check on): :meth:`aflite_fast.filtering.chance.ChanceCheck.as_dict`.
+
+    ``workers_lost`` and ``rounds_repeated`` (``backend="dask"``; 0 for the local engine): the
+    cluster's workers lost during the phase (null passes included), whose rows went to the other
+    workers, and the calls to the workers (solver rounds, predictions, preconditioners) asked
+    again because of it; the phase's results are those of an uninterrupted run (docs/dask.md).
     """
 
     phase: int
@@ -91,6 +96,8 @@ class PhaseRecord:
     solver_status: dict = field(default_factory=dict)
     bytes_moved: int = 0
     chance: Optional[dict] = None
+    workers_lost: int = 0
+    rounds_repeated: int = 0
 
     def as_dict(self):
         return dict(self.__dict__)
@@ -417,8 +424,11 @@ class _Loop:
                 if too_large:
                     stop_reason = f"groups: {too_large}"
                     break
-                record, chosen, warm_mean, ended, n_eligible, null_mean = self.phase(
-                    phase, active, eligible, t, active_groups, warm_mean, scores)
+                try:
+                    record, chosen, warm_mean, ended, n_eligible, null_mean = self.phase(
+                        phase, active, eligible, t, active_groups, warm_mean, scores)
+                except ClusterLost as exc:
+                    raise ClusterLost(f"{exc}, in phase {phase}; {self._resume_note(store, phase)}") from None
                 history.append(record)
                 removed.append(active[chosen])
                 removed_phase.append(np.full(chosen.size, phase, dtype=np.int64))
@@ -427,8 +437,11 @@ class _Loop:
                 active = active[keep_pos]
                 bar.update(int(chosen.size))
                 # strings: tqdm would print a round number of rows as 1e+4
+                workers_lost = sum(h.workers_lost for h in history)
                 bar.set_postfix(phase=str(phase), active=str(active.size), above_tau=str(n_eligible),
-                                **({} if null_mean is None else {"null": f"{null_mean:.1f}"}))
+                                **({} if null_mean is None else {"null": f"{null_mean:.1f}"}),
+                                # the cluster's workers lost so far (their rows moved to others)
+                                **({"workers_lost": str(workers_lost)} if workers_lost else {}))
                 phase += 1
                 problem.watch.check()  # before a checkpoint keeps a phase that may have read changed rows
                 if store is not None:
@@ -443,12 +456,23 @@ class _Loop:
         return self.result(active, np.concatenate(removed), np.concatenate(removed_phase), scores, history,
                            stop_reason, state.phase)
 
+    @staticmethod
+    def _resume_note(store, phase):
+        """What a run stopped in ``phase`` keeps: how to resume it."""
+        if store is None:
+            return "no checkpoint was given, so a rerun starts from phase 0 (a checkpoint keeps finished phases)"
+        if phase == 0:
+            return f"checkpoint {os.fspath(store.path)!r} holds no finished phase yet; a rerun starts from phase 0"
+        return (f"checkpoint {os.fspath(store.path)!r} holds phases 0..{phase - 1}: the same call with it resumes "
+                f"from phase {phase}")
+
     def phase(self, phase, active, eligible, t, active_groups, warm_mean, scores):
         """One phase on ``active``: partitions, the checked scoring, the slice removed, the null and
         the chance check.  Writes the phase's scores into ``scores``; returns (record, chosen
         positions, the models' mean, why the run ends or None, rows at or above tau, the null's mean)."""
         problem, settings = self.problem, self.settings
         start = time.perf_counter()
+        failures = problem.backend.failures()
         train_pos = problem.train_positions(self.entropy, phase, active, t, settings.n_partitions, active_groups)
         removable = eligible if self.eval_only_score else None
         warm = None if warm_mean is None else np.repeat(warm_mean[None], settings.n_partitions, axis=0)
@@ -489,6 +513,8 @@ class _Loop:
             null_record["chance"] = ChanceCheck.from_counts(
                 active.size, settings.tau, n_eligible, counts, time.perf_counter() - chance_start).as_dict()
         codes = problem.labels.codes
+        after = problem.backend.failures()
+        observed.update((key, after[key] - failures[key]) for key in ("workers_lost", "rounds_repeated"))
         record = PhaseRecord(
             phase=phase, n_active=int(active.size), train_size=t, n_above_tau=int(n_eligible),
             n_removed=int(chosen.size), seconds=time.perf_counter() - start, **observed,
