@@ -10,6 +10,7 @@ a. in the middle of a phase's solver rounds, and separately during prediction: t
 b. every worker lost (their nannies told not to restart them): the CLI exits with its own
    code (75) and one line, --out keeps the previous run's files, and the checkpoint of the
    last finished phase resumes to the uninterrupted result.
+c. a worker lost when no worker left can read X's file: ClusterLost says so.
 """
 import json
 import os
@@ -188,6 +189,51 @@ def test_every_worker_lost_stops_with_its_exit_code(seed, tmp_path, monkeypatch,
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["resumed_from_phase"] == 1
     np.testing.assert_array_equal(np.load(tmp_path / "out" / "keep.npy"), np.load(tmp_path / "whole" / "keep.npy"))
+
+
+class ExitAndHide(ExitAt):
+    """:class:`ExitAt`, which first moves X's file away: no worker left can read the rows."""
+
+    def __init__(self, method, call, target, path):
+        super().__init__(method, call, target)
+        self.path = path
+
+    def setup(self, worker):
+        if worker.address != self.target:
+            return
+        from aflite_fast.phase.dask_backend import _PhaseRows
+
+        original, calls, path = _PhaseRows.evaluate, [0], self.path
+
+        def exiting(actor, *args):
+            calls[0] += 1
+            if calls[0] == self.call:
+                os.rename(path, path + ".moved")
+                os._exit(1)
+            return original(actor, *args)
+
+        _PhaseRows.evaluate = exiting
+
+
+def test_rows_unreadable_on_every_worker_left(cluster3, seed, tmp_path):
+    """A worker lost while X's file is gone: no worker left can read its share, ClusterLost
+    says so (and that no checkpoint was given)."""
+    from aflite_fast import ClusterLost
+
+    _, client = cluster3
+    X, y = make_problem(seed + 40)
+    path = str(tmp_path / "emb.npy")
+    np.save(path, X)
+    Xd, victim = middle_worker(client, path)
+    r0, r1 = Xd.ranges[1][3:5]  # the rows of the lost worker's share
+    client.register_plugin(ExitAndHide("evaluate", 3, victim, path), name="exit-at")
+    try:
+        with pytest.raises(ClusterLost, match=rf"the rows {r0}\.\.{r1 - 1} of X cannot be read on any worker left of the "
+                                              r"dask cluster \(tcp://[^ ]+: FileNotFoundError.*, in phase 0; no "
+                                              r"checkpoint was given"):
+            aflite(Xd, y, backend="dask", client=client, random_state=seed, **KW)
+    finally:
+        client.unregister_worker_plugin("exit-at")
 
 
 def test_failures_of_the_local_backend_are_none():

@@ -573,11 +573,11 @@ class DaskEmbeddings:
                 load[r[0]] += r[4] - r[3]
         return min(sorted(usable), key=lambda a: load[a])
 
-    def _reassign(self, addresses, lost=True):
-        """Every share held on ``addresses`` given a new worker (:meth:`_place`); returns their
-        indices.  ClusterLost when one share's workers were lost more than
-        ``distributed.scheduler.allowed-failures`` times since :meth:`reset_losses`."""
-        moved = [i for i, r in enumerate(self.ranges) if r[0] in addresses]
+    def _reassign(self, addresses, lost=True, shares=None):
+        """Every share held on ``addresses`` (or the shares ``shares``) given a new worker
+        (:meth:`_place`); returns their indices.  ClusterLost when one share's workers were lost
+        more than ``distributed.scheduler.allowed-failures`` times since :meth:`reset_losses`."""
+        moved = [i for i, r in enumerate(self.ranges) if r[0] in addresses] if shares is None else list(shares)
         for i in moved:
             _, lo, hi, r0, r1, idx = self.ranges[i]
             if lost:
@@ -628,12 +628,12 @@ class DaskEmbeddings:
             except Exception as exc:  # noqa: BLE001 - a task's own error
                 if not recovering:
                     raise
-                failed = {self.ranges[i][0] for i in todo if any(f.status == "error" for f in futs[i])}
-                for address in failed:
-                    self._unreadable.setdefault(address, exc)
-                done = [i for i in todo if self.ranges[i][0] not in failed]
+                failed = [i for i in todo if any(f.status == "error" for f in futs[i])]
+                for i in failed:  # that worker cannot read these rows: it takes no more shares
+                    self._unreadable.setdefault(self.ranges[i][0], exc)
+                done = [i for i in todo if i not in failed and all(f.status == "finished" for f in futs[i])]
                 out.update((i, futs[i]) for i in done)
-                self._reassign(failed, lost=False)
+                self._reassign((), lost=False, shares=failed)
                 todo = [i for i in todo if i not in done]
                 continue
             out.update((i, futs[i]) for i in todo)
