@@ -64,7 +64,7 @@ class ExitAt(distributed.WorkerPlugin):
 def cluster3():
     """3 worker processes; a worker that exits is restarted by its nanny (with a new address)."""
     with distributed.LocalCluster(n_workers=3, processes=True, threads_per_worker=1,
-                                  dashboard_address=None) as cluster, distributed.Client(cluster) as client:
+                                  dashboard_address=":0") as cluster, distributed.Client(cluster) as client:
         yield cluster, client
 
 
@@ -171,7 +171,7 @@ def test_every_worker_lost_stops_with_its_exit_code(seed, tmp_path, monkeypatch,
     before = {name: (tmp_path / "out" / name).read_bytes() for name in ("keep.npy", "scores.npy", "report.json")}
     capsys.readouterr()
     with distributed.LocalCluster(n_workers=3, processes=True, threads_per_worker=1,
-                                  dashboard_address=None) as cluster, distributed.Client(cluster) as client:
+                                  dashboard_address=":0") as cluster, distributed.Client(cluster) as client:
         for nanny in cluster.workers.values():
             nanny.close_gracefully()  # a worker that exits is not restarted
         client.register_plugin(ExitAt("predict", 2), name="exit-at")  # phase 1's prediction, on every worker
