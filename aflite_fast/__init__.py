@@ -45,6 +45,7 @@ _EXPORTS = {
     "filter_dataset": "filtering.hf_datasets", "open_embeddings": "io.inputs",
     "evaluate_filter": "filtering.filter_evaluation", "EvaluationResult": "filtering.filter_evaluation",
     "ChanceWarning": "filtering.chance", "ChanceCheck": "filtering.chance",
+    "ClusterLost": "phase.failures",
 }
 
 # Module paths that earlier versions documented, and the modules that hold them now.  They
@@ -77,7 +78,7 @@ __all__ = ["aflite", "AFLiteResult", "PhaseRecord", "predictability", "Predictab
            "self_confidence_issues", "annealing_issues", "annealed_thresholds", "filter_label_issues",
            "audit", "LabelIssueResult", "AuditResult", "UserLoss", "user_loss", "filter_dataset",
            "open_embeddings", "evaluate_filter", "EvaluationResult", "ChanceWarning", "ChanceCheck",
-           "__version__"]
+           "ClusterLost", "__version__"]
 
 
 def __getattr__(name):

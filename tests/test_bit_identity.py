@@ -68,8 +68,9 @@ if __name__ == "__main__" and any(f.startswith("_kernel.")
 STORED = os.path.join(HERE, "data", "bit_identity.json")
 #: Threads of every run (results do not depend on it; the generator's --n-jobs sets it).
 N_JOBS = 2
-#: History fields that measure the run rather than its result (time, memory blocks, traffic).
-UNSTABLE_FIELDS = ("seconds", "null_seconds", "n_blocks", "bytes_moved")
+#: History fields that measure the run rather than its result (time, memory blocks, traffic, the
+#: Dask workers lost and the calls asked again because of them).
+UNSTABLE_FIELDS = ("seconds", "null_seconds", "n_blocks", "bytes_moved", "workers_lost", "rounds_repeated")
 
 
 # ---------------------------------------------------------------- hashing

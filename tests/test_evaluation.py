@@ -317,12 +317,12 @@ def test_multiple_choice_filtered_set_is_judged(seed):
 def test_multiple_choice_probe_is_the_filters_scorer_and_folds_hold_groups(seed):
     """The probe's held-out hits are those of the kernel's candidate scorer trained on the other
     folds (checked by hand on one fold), and grouped folds split no group."""
+    from aflite_fast.core import solver
     from aflite_fast.filtering.filter_evaluation import _hits, _probe_problem, _Representation
     from aflite_fast.filtering.oof import make_folds
     from aflite_fast.filtering.problem import Problem
     from aflite_fast.phase.backends import LocalBackend
     from aflite_fast.phase.multiple_choice import augment_items, scorer
-    from aflite_fast.core import solver
 
     X, y, _, res = choice_set(seed, 400)
     problem = _probe_problem(Problem.open(X, y, backend=LocalBackend(1)).scan())

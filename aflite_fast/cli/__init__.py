@@ -15,7 +15,10 @@ flags the user typed.
 
 Exit codes: 0 success; 2 bad input or a refusal of the system (a command line argparse
 refuses, ValueError, MemoryError, a missing optional dependency, OSError such as a full disk:
-one line on stderr); 130 Ctrl-C and 143 SIGTERM, at any moment from the start of :func:`main`
+one line on stderr); 75 (:data:`EXIT_CLUSTER_LOST`) when the Dask cluster of ``--scheduler`` can
+no longer score a phase (every worker lost, X unreadable on the workers left:
+:class:`aflite_fast.phase.backends.ClusterLost`), one line on stderr, nothing written, a
+``--checkpoint`` kept for a rerun to resume; 130 Ctrl-C and 143 SIGTERM, at any moment from the start of :func:`main`
 (argument parsing, NumPy code, Numba and compiled kernel calls), one line on stderr, after the
 run removed what it had staged (outputs are written through
 :class:`aflite_fast.io.atomic.OutputSet`, never half-way).
@@ -32,6 +35,13 @@ from aflite_fast.cli._args import ArgumentParser, UsageError, name_flags
 #: Subcommand modules, in the order ``--help`` lists them; one line registers a subcommand.
 #: A module missing from this build (an optional one) is skipped.
 SUBCOMMANDS = ("_filter", "_evaluate", "_oof", "_report", "_demo", "_synthetic", "_noise_robust", "_label_issues")
+
+
+#: Exit code when the Dask cluster can no longer score a phase (every worker lost, X unreadable
+#: on the workers left): sysexits' EX_TEMPFAIL, a failure of the system the run used, which a
+#: rerun may get past (with ``--checkpoint``, from the last finished phase); not 2, which
+#: means bad input.
+EXIT_CLUSTER_LOST = 75
 
 
 class Terminated(KeyboardInterrupt):
@@ -131,6 +141,13 @@ def _interruption(exc):
     return None
 
 
+def _cluster_lost(exc):
+    """``exc`` if it is :class:`aflite_fast.phase.backends.ClusterLost`, else None (the module is
+    loaded already when it was raised; it is not imported for this)."""
+    failures = sys.modules.get("aflite_fast.phase.failures")
+    return exc if failures is not None and isinstance(exc, failures.ClusterLost) else None
+
+
 def main(argv=None):
     """Entry point of ``aflite-fast``; returns the process exit code.
 
@@ -176,6 +193,11 @@ def _run_command(argv, prog, signals):
                 return 128 + signal.SIGTERM
             print(f"{prog}: interrupted; no output written", file=sys.stderr)
             return 128 + signal.SIGINT
+        lost = _cluster_lost(exc)
+        if lost is not None:
+            print(f"{prog}: error: {name_flags(str(lost), getattr(args, '_flags', {}))}; no output written",
+                  file=sys.stderr)
+            return EXIT_CLUSTER_LOST
         if isinstance(exc, (ValueError, MemoryError, ImportError, OSError)):
             # ImportError: an optional dependency a subcommand needs (e.g. matplotlib);
             # OSError: the system refused something (disk full, ...); the run's staged

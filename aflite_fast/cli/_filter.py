@@ -73,7 +73,10 @@ Inputs on which no model can learn (X with no variance, or a scale at or below t
 tolerance, a singular --transition) are refused: filtering them would only remove rows by
 their class prior.
 
-Exit codes: 0 done; 2 bad input (one line on stderr, DIR unchanged); 130 Ctrl-C, 143 SIGTERM.
+Exit codes: 0 done; 2 bad input (one line on stderr, DIR unchanged); 75 the Dask cluster of
+--scheduler lost every worker, or no worker left could read EMB (one line, DIR unchanged;
+rerun with the same --checkpoint to resume; a lost worker alone costs the rounds it had not
+answered, not the run: docs/dask.md); 130 Ctrl-C, 143 SIGTERM.
 """
 
 _EPILOG = """\

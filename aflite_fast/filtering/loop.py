@@ -40,7 +40,7 @@ from aflite_fast.filtering.null import check_null_args, null_counts, summarize
 from aflite_fast.filtering.problem import Problem, validate_settings
 from aflite_fast.filtering.selection import phase_selection, tie_key
 from aflite_fast.io.watch import describe
-from aflite_fast.phase.backends import make_backend
+from aflite_fast.phase.backends import ClusterLost, make_backend
 from aflite_fast.phase.evaluation_rows import eligible_positions
 from aflite_fast.phase.evaluation_rows import fingerprint as eval_fingerprint
 from aflite_fast.phase.groups import check_group_train_size, partition_groups
@@ -81,6 +81,11 @@ class PhaseRecord:
     ``n_put_back``, the rows of the phase before put back because the probe fell below chance by
     more than the margin.  With ``sources``: ``source_removed``, rows of each source removed.
     These three are left out of :meth:`as_dict` when not recorded.
+
+    ``workers_lost`` and ``rounds_repeated`` (``backend="dask"``; 0 for the local engine): the
+    cluster's workers lost during the phase (null passes included), whose rows went to the other
+    workers, and the calls to the workers (solver rounds, predictions, preconditioners) asked
+    again because of it; the phase's results are those of an uninterrupted run (docs/dask.md).
     """
 
     phase: int
@@ -108,6 +113,8 @@ class PhaseRecord:
     probe: Optional[dict] = None
     n_put_back: int = 0
     source_removed: List[int] = field(default_factory=list)
+    workers_lost: int = 0
+    rounds_repeated: int = 0
 
     def as_dict(self):
         out = dict(self.__dict__)
@@ -561,8 +568,11 @@ class _Loop:
                 if cap is not None and problem.n_rows - active.size >= cap:
                     stop_reason = f"max_removed: {cap} rows removed"
                     break
-                record, chosen, warm_mean, ended, n_eligible, null_mean, put_back = self.phase(
-                    phase, active, eligible, t, active_groups, warm_mean, scores)
+                try:
+                    record, chosen, warm_mean, ended, n_eligible, null_mean, put_back = self.phase(
+                        phase, active, eligible, t, active_groups, warm_mean, scores)
+                except ClusterLost as exc:
+                    raise ClusterLost(f"{exc}, in phase {phase}; {self._resume_note(store, phase)}") from None
                 removed.append(active[chosen])
                 removed_phase.append(np.full(chosen.size, phase, dtype=np.int64))
                 keep_pos = np.ones(active.size, dtype=bool)
@@ -578,8 +588,11 @@ class _Loop:
                     bar.update(-record.n_put_back)
                 history.append(record)
                 # strings: tqdm would print a round number of rows as 1e+4
+                workers_lost = sum(h.workers_lost for h in history)
                 bar.set_postfix(phase=str(phase), active=str(active.size), above_tau=str(n_eligible),
-                                **({} if null_mean is None else {"null": f"{null_mean:.1f}"}))
+                                **({} if null_mean is None else {"null": f"{null_mean:.1f}"}),
+                                # the cluster's workers lost so far (their rows moved to others)
+                                **({"workers_lost": str(workers_lost)} if workers_lost else {}))
                 phase += 1
                 problem.watch.check()  # before a checkpoint keeps a phase that may have read changed rows
                 if store is not None:
@@ -594,6 +607,16 @@ class _Loop:
         return self.result(active, np.concatenate(removed), np.concatenate(removed_phase), scores, history,
                            stop_reason, state.phase)
 
+    @staticmethod
+    def _resume_note(store, phase):
+        """What a run stopped in ``phase`` keeps: how to resume it."""
+        if store is None:
+            return "no checkpoint was given, so a rerun starts from phase 0 (a checkpoint keeps finished phases)"
+        if phase == 0:
+            return f"checkpoint {os.fspath(store.path)!r} holds no finished phase yet; a rerun starts from phase 0"
+        return (f"checkpoint {os.fspath(store.path)!r} holds phases 0..{phase - 1}: the same call with it resumes "
+                f"from phase {phase}")
+
     def phase(self, phase, active, eligible, t, active_groups, warm_mean, scores):
         """One phase on ``active``: partitions, the checked scoring, the slice removed (within the
         cap and the quotas), the null, the chance check and the probe.  Writes the phase's scores
@@ -601,6 +624,7 @@ class _Loop:
         None, rows at or above tau, the null's mean, whether the last slice is to be put back)."""
         problem, settings = self.problem, self.settings
         start = time.perf_counter()
+        failures = problem.backend.failures()
         train_pos = problem.train_positions(self.entropy, phase, active, t, settings.n_partitions, active_groups)
         removable = eligible if self.eval_only_score else None
         warm = None if warm_mean is None else np.repeat(warm_mean[None], settings.n_partitions, axis=0)
@@ -657,6 +681,8 @@ class _Loop:
         sources = curation.sources
         if sources is not None:
             null_record["source_removed"] = sources.counts(active[chosen]).tolist()
+        after = problem.backend.failures()
+        observed.update((key, after[key] - failures[key]) for key in ("workers_lost", "rounds_repeated"))
         record = PhaseRecord(
             phase=phase, n_active=int(active.size), train_size=t, n_above_tau=int(n_eligible),
             n_removed=int(chosen.size), seconds=time.perf_counter() - start, **observed,

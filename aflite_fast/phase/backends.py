@@ -18,6 +18,7 @@ phase (:meth:`score_phase`: trains the partitions' models, then predicts the hel
 reports the bytes a phase sent between processes (:meth:`bytes_moved`), and is closed
 (:meth:`close`, or ``with``) when it owns a cluster connection (:meth:`DaskBackend.connect`).
 """
+from aflite_fast.phase.failures import ClusterLost
 from aflite_fast.runtime.threads import effective_n_threads
 
 #: The values of ``backend=`` that name a backend.
@@ -85,6 +86,10 @@ class LocalBackend:
         """Bytes a phase sent between processes: none here."""
         return 0
 
+    def failures(self):
+        """Workers lost and rounds repeated so far: none here (see :meth:`DaskBackend.failures`)."""
+        return {"workers_lost": 0, "rounds_repeated": 0}
+
     def close(self):
         self._workspace = None
 
@@ -116,6 +121,7 @@ class DaskBackend:
         self.client = client
         self.n_threads = n_jobs
         self._owned = False
+        self._failures = {"workers_lost": 0, "rounds_repeated": 0}
 
     @classmethod
     def connect(cls, scheduler, n_jobs=None, timeout=None):
@@ -157,13 +163,24 @@ class DaskBackend:
         """:func:`~aflite_fast.phase.dask_backend.score_phase_dask` on this backend's cluster."""
         from aflite_fast.phase import dask_backend
 
-        return dask_backend.score_phase_dask(X, codes, active, center, train_pos, n_threads=self.n_threads,
-                                             client=self.client, **solver)
+        scores = dask_backend.score_phase_dask(X, codes, active, center, train_pos, n_threads=self.n_threads,
+                                               client=self.client, **solver)
+        self._failures["workers_lost"] += len(scores.workers_lost)
+        self._failures["rounds_repeated"] += scores.rounds_repeated
+        return scores
 
     @staticmethod
     def bytes_moved(scores):
         """Bytes the phase's arrays sent each way between the client and the workers."""
         return int(getattr(scores, "bytes_moved", {}).get("total", 0))
+
+    def failures(self):
+        """Workers lost and rounds repeated by every phase this backend scored so far (null
+        passes included): ``{"workers_lost": int, "rounds_repeated": int}``.  A lost worker's
+        rows went to other workers and the calls it had not answered were asked again of them
+        (:func:`~aflite_fast.phase.dask_backend.score_phase_dask`); the results are those of an
+        uninterrupted run."""
+        return dict(self._failures)
 
     def close(self):
         """Close the client (and a cluster it started) when this backend opened it."""
@@ -200,4 +217,4 @@ def make_backend(backend="local", client=None, n_jobs=None):
     raise ValueError(f"backend must be 'local', 'dask' or a backend object, got {backend!r}")
 
 
-__all__ = ["BACKEND_NAMES", "DaskBackend", "LocalBackend", "make_backend"]
+__all__ = ["BACKEND_NAMES", "ClusterLost", "DaskBackend", "LocalBackend", "make_backend"]

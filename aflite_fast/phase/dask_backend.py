@@ -24,6 +24,17 @@ f. Multiple-choice X (N, K, d): the unit the workers hold is an item (a row of t
    its N x K candidate rows (the centre and the fingerprint are those of the local scan);
    it may be an ndarray, a memmap, one ``.npy``/``.npz`` file, a zarr array or a dask array.
 
+g. A lost worker (killed, preempted, out of memory) costs the calls it had not answered,
+   not the run: every call to the workers (the phase's actors, its held rows, the
+   preconditioner's sample, a solver round, the prediction) watches the workers it waits on;
+   the shares the lost worker held go to the workers left (a worker that joined first), which
+   read their rows again from the same source, and the calls are asked again of them.  The
+   shares keep their reduction groups, so the sums and the result are bitwise the
+   uninterrupted run's.  When no worker is left (none joining within
+   :data:`REJOIN_TIMEOUT`), the rows cannot be read on any worker, or one share's workers are
+   lost more than ``distributed.scheduler.allowed-failures`` times in a phase, the phase
+   stops with :class:`~aflite_fast.phase.backends.ClusterLost`.
+
 Results do not depend on the number of workers or on which worker holds which group.
 """
 import functools
@@ -48,6 +59,7 @@ from aflite_fast.io.inputs import (
 from aflite_fast.io.rows import membership_matrix
 from aflite_fast.io.rowsource import FileRows, RowSource
 from aflite_fast.phase import plan, scores
+from aflite_fast.phase.failures import ClusterLost
 from aflite_fast.phase.multiple_choice import candidate_rows, is_multiple_choice, tail_columns
 from aflite_fast.runtime.memory import parse_memory
 
@@ -267,6 +279,8 @@ def _file_source(X):
     path or a file-backed memmap), else None."""
     if isinstance(X, (str, os.PathLike)) and not os.path.isdir(X) and os.fspath(X).endswith(".npy"):
         X = open_array_file(os.fspath(X), "embeddings")
+    if isinstance(X, FileRows) and len(X.shape) == 2:  # a .npy opened for positioned reads (the CLI's EMB)
+        X = np.memmap(X.file.path, dtype=X.dtype, mode="r", offset=X.offset, shape=X.shape)
     if isinstance(X, np.memmap) and X.ndim == 2 and _memmap_source(X) is not None:
         path, offset = _memmap_source(X)
         return path, offset, X.dtype, X.shape
@@ -284,11 +298,113 @@ def _read_file_rows(file, start, stop):
 
 def _worker_addresses(client):
     """The cluster's workers (addresses, sorted) and their thread counts."""
-    info = client.scheduler_info()["workers"]
+    info = _scheduler_workers(client)
     addresses = sorted(info)
     if not addresses:
         raise ValueError("the dask cluster has no workers")
     return addresses, [int(info[a].get("nthreads", 1)) for a in addresses]
+
+
+#: Seconds a run waits for a worker to join when every worker of the cluster was lost (a
+#: nanny restarting its worker, an autoscaler replacing a machine) before it stops with
+#: :class:`~aflite_fast.phase.backends.ClusterLost`.
+REJOIN_TIMEOUT = 10.0
+#: Seconds between two looks at the cluster's workers while tasks are awaited.
+_POLL_SECONDS = 0.25
+
+
+class _WorkerLost(Exception):
+    """Workers (addresses) a call waited on left the cluster before it was answered."""
+
+    def __init__(self, addresses):
+        super().__init__(", ".join(sorted(addresses)))
+        self.addresses = set(addresses)
+
+
+def _scheduler_workers(client):
+    """The scheduler's information on every worker, by address."""
+    try:
+        return client.scheduler_info(n_workers=-1)["workers"]
+    except TypeError:  # a version of distributed before the argument: it lists every worker
+        return client.scheduler_info()["workers"]
+
+
+def _live_workers(client):
+    """Addresses of the workers the scheduler knows now."""
+    return set(_scheduler_workers(client))
+
+
+def _comm_error(exc):
+    """Whether ``exc`` says a worker could not be reached (rather than being an error its
+    code raised): a closed connection, an actor whose worker could not be contacted or was
+    lost, a task that killed its workers."""
+    from distributed import KilledWorker
+    from distributed.comm.core import CommClosedError
+
+    if isinstance(exc, (CommClosedError, KilledWorker)):
+        return True
+    if type(exc) is OSError and exc.errno is None:  # "Unable to contact Actor's worker"
+        return True
+    return isinstance(exc, RuntimeError) and "was lost" in str(exc)  # "Worker holding Actor was lost"
+
+
+def _wait_tasks(client, futures, involved):
+    """The results of ``futures``, waited for while the workers ``involved`` (addresses: where
+    they run and where their inputs are) are watched.
+
+    Raises
+    ------
+    _WorkerLost
+        When one of ``involved`` leaves the cluster before every future has finished (a task
+        pinned to a lost worker would otherwise wait for it for ever), or a future fails on a
+        worker that has left.
+    Exception
+        The error a task raised on a worker that is still there.
+    """
+    from distributed import wait
+
+    futures = list(futures)
+    involved = set(involved)
+    while True:
+        try:
+            wait(futures, timeout=_POLL_SECONDS)
+        except TimeoutError:
+            gone = involved - _live_workers(client)
+            if gone:
+                raise _WorkerLost(gone) from None
+            continue
+        break
+    if any(f.status != "finished" for f in futures):
+        gone = involved - _live_workers(client)
+        for f in futures:
+            if f.status != "finished":
+                try:
+                    f.result()
+                except Exception as exc:  # noqa: BLE001 - sorted below
+                    if gone or _comm_error(exc):
+                        raise _WorkerLost(gone or involved) from None
+                    raise
+    return [f.result() for f in futures]
+
+
+def _actor_result(client, future, address):
+    """The result of an actor's call on the worker at ``address``, or _WorkerLost when that
+    worker leaves the cluster first (a call made after the worker was lost may otherwise wait
+    for the actor to be recomputed, which it never is)."""
+    while True:
+        try:
+            return future.result(timeout=_POLL_SECONDS)
+        except TimeoutError:
+            if future.done():  # the method's own TimeoutError
+                raise
+            if address not in _live_workers(client):
+                raise _WorkerLost({address}) from None
+
+
+def _allowed_failures():
+    import dask
+
+    return int(dask.config.get("distributed.scheduler.allowed-failures", 3))
 
 
 def leaf_ranges(n_rows, n_workers):
@@ -339,8 +455,15 @@ class DaskEmbeddings:
     shape, dtype : of X ((N, d), or (N, K, d) for multiple choice)
     group : int, K for multiple-choice X, else 1
     row_shape : (rows, d) of the rows read: (N, d), or (N x K, d)
-    ranges : list of (worker address, leaf_lo, leaf_hi, row_lo, row_hi, chunk indices);
-        row_lo and row_hi count rows of the algorithm (items of multiple-choice X)
+    ranges : list of (worker address, leaf_lo, leaf_hi, row_lo, row_hi, chunk indices), one
+        per share of X; row_lo and row_hi count rows of the algorithm (items of multiple-choice
+        X).  A share keeps its reduction leaves for the whole run; its worker changes when
+        that worker is lost (then a worker may hold several shares).
+    workers_lost : list of str
+        Addresses of the workers found lost so far, in order.
+    rounds_repeated : int
+        Calls to the workers (solver rounds, predictions, preconditioners) asked again of the
+        shares of a lost worker so far.
     """
 
     def __init__(self, X, client=None, *, chunk_rows=None):
@@ -368,28 +491,156 @@ class DaskEmbeddings:
         in_memory = isinstance(X, np.ndarray) and not isinstance(X, np.memmap)
         self._source = X if in_memory else as_dask_array(X, chunk_rows=chunk_rows, row_bounds=bounds)
         self._futures = None
-        self._held = None  # (centre, futures of each worker's held rows)
+        self._chunk_home = [None] * len(self.ranges)  # the worker each share's chunks were last loaded on
+        self._held = None  # (centre, futures of each worker's held rows, position_bias)
+        self._held_spec = None  # (centre, position_bias) of the held rows being made
+        self._held_home = [None] * len(self.ranges)  # the worker each share's held rows are on
+        self.workers_lost = []  # addresses of the workers found lost, in order
+        self.rounds_repeated = 0
+        self._gone = {}  # lost address -> whether the scheduler has dropped it since
+        self._unreadable = {}  # address -> the error its worker raised reading X
+        self.reset_losses()
         if self.file is None:
             self._load()
 
     def _load(self):
         """Each chunk computed (or sent from here) on the worker whose rows it holds."""
-        _, distributed = _import_dask()
         futures = [None] * self.n_chunks
-        blocks = None if isinstance(self._source, np.ndarray) else list(self._source.to_delayed().ravel())
-        for addr, lo, hi, r0, r1, idx in self.ranges:
-            for i in idx:
-                a, b = int(self.offsets[i]), int(self.offsets[i + 1])
-                if blocks is None:  # in memory here: sent once, straight to its worker
-                    [futures[i]] = self.client.scatter([np.ascontiguousarray(self._source[a:b])],
-                                                       workers=[addr], direct=True, hash=False)
-                else:
-                    futures[i] = self.client.compute(blocks[i], workers=[addr], allow_other_workers=False)
-        distributed.wait(futures)
-        bad = [f for f in futures if f.status != "finished"]
-        if bad:
-            bad[0].result()  # raise the worker's error (e.g. an unreadable shard)
+        for i, futs in self._run_on_shares(range(len(self.ranges)), self._submit_chunks).items():
+            for j, f in zip(self.ranges[i][5], futs):
+                futures[j] = f
         self._futures = futures
+
+    def _submit_chunks(self, i, address):
+        """Share ``i``'s chunks computed (or sent from here) on ``address``: their futures.
+        Loaded again (the share moved off a lost worker), a chunk's tasks get new keys: the
+        scheduler would otherwise keep its first tasks, pinned to the lost worker."""
+        blocks = None if isinstance(self._source, np.ndarray) else self._source.to_delayed().ravel()
+        again = self._chunk_home[i] not in (None, address)
+        self._chunk_home[i] = address
+        futures = []
+        for j in self.ranges[i][5]:
+            a, b = int(self.offsets[j]), int(self.offsets[j + 1])
+            if blocks is None:  # in memory here: sent once, straight to its worker
+                [f] = self.client.scatter([np.ascontiguousarray(self._source[a:b])], workers=[address],
+                                          direct=True, hash=False)
+            elif again:
+                # computed there by one task of its own: the chunk's tasks in the scheduler keep
+                # their first keys, pinned to the lost worker
+                import cloudpickle
+
+                f = self.client.submit(_compute_block, cloudpickle.dumps(blocks[j]), workers=[address],
+                                       allow_other_workers=False, pure=False)
+            else:
+                f = self.client.compute(blocks[j], workers=[address], allow_other_workers=False)
+            futures.append(f)
+        return futures
+
+    # ------------------------------------------------------------------ lost workers
+
+    def _lose(self, addresses):
+        """Note workers found lost (each counted once, in ``workers_lost``)."""
+        for a in sorted(addresses):
+            if a not in self._gone:
+                self.workers_lost.append(a)
+                self._gone[a] = False
+
+    def _place(self, i):
+        """A worker for share ``i``: a live one that is not lost nor failed to read X, holding no
+        share if there is one (a worker that joined), else the one holding the fewest rows.
+        Waits up to :data:`REJOIN_TIMEOUT` for a worker when none is left."""
+        deadline = time.monotonic() + REJOIN_TIMEOUT
+        while True:
+            live = _live_workers(self.client)
+            for a in list(self._gone):
+                if a not in live:
+                    self._gone[a] = True  # gone from the scheduler: if the address comes back, it is a new worker
+                elif self._gone[a]:
+                    del self._gone[a]
+            usable = live - set(self._gone) - set(self._unreadable)
+            if usable:
+                break
+            _, _, _, r0, r1, _ = self.ranges[i]
+            if live - set(self._gone):  # workers are left, and none could read the rows
+                addr, exc = next(iter(self._unreadable.items()))
+                raise ClusterLost(f"the rows {r0}..{r1 - 1} of X cannot be read on any worker left of the dask "
+                                  f"cluster ({addr}: {type(exc).__name__}: {exc})")
+            if time.monotonic() >= deadline:
+                raise ClusterLost(f"the dask cluster lost every worker ({len(self.workers_lost)} lost: "
+                                  f"{', '.join(self.workers_lost)}) and none joined within {REJOIN_TIMEOUT:g} s")
+            time.sleep(_POLL_SECONDS)
+        load = dict.fromkeys(usable, 0)
+        for j, r in enumerate(self.ranges):
+            if j != i and r[0] in load:
+                load[r[0]] += r[4] - r[3]
+        return min(sorted(usable), key=lambda a: load[a])
+
+    def _reassign(self, addresses, lost=True, shares=None):
+        """Every share held on ``addresses`` (or the shares ``shares``) given a new worker
+        (:meth:`_place`); returns their indices.  ClusterLost when one share's workers were lost
+        more than ``distributed.scheduler.allowed-failures`` times since :meth:`reset_losses`."""
+        moved = [i for i, r in enumerate(self.ranges) if r[0] in addresses] if shares is None else list(shares)
+        for i in moved:
+            _, lo, hi, r0, r1, idx = self.ranges[i]
+            if lost:
+                self._share_losses[i] += 1
+                if self._share_losses[i] > _allowed_failures():
+                    raise ClusterLost(f"the workers holding rows {r0}..{r1 - 1} of X were lost "
+                                      f"{self._share_losses[i]} times in one phase (more than "
+                                      f"distributed.scheduler.allowed-failures = {_allowed_failures()})")
+            self.ranges[i] = (self._place(i), lo, hi, r0, r1, idx)
+        return moved
+
+    def reset_losses(self):
+        """Start counting the losses of each share anew (at the start of a phase)."""
+        self._share_losses = [0] * len(self.ranges)
+
+    def _run_on_shares(self, shares, submit, recovering=False):
+        """``submit(i, address)`` (a list of futures of tasks on ``address``) for every share
+        ``i`` of ``shares``, waited for; the shares of a worker lost meanwhile go to other
+        workers and are submitted again there.  ``recovering``: a task's error (the rows could
+        not be read there) sends its share to another worker too, instead of being raised.
+        Returns {share: futures}."""
+        out = {}
+        todo = sorted(set(shares))
+        while todo:
+            futs, involved = {}, set()
+            for i in todo:
+                address = self.ranges[i][0]
+                involved.add(address)
+                try:
+                    futs[i] = submit(i, address)
+                except Exception as exc:  # noqa: BLE001 - a scatter to a worker that has just gone
+                    if address in _live_workers(self.client) and not _comm_error(exc):
+                        raise
+                    futs[i] = None
+            dead = {self.ranges[i][0] for i in todo if futs[i] is None}
+            try:
+                if dead:
+                    raise _WorkerLost(dead)
+                _wait_tasks(self.client, [f for i in todo for f in futs[i]], involved)
+            except _WorkerLost as lost:
+                done = [i for i in todo if futs[i] is not None and self.ranges[i][0] not in lost.addresses
+                        and all(f.status == "finished" for f in futs[i])]
+                out.update((i, futs[i]) for i in done)
+                self._lose(lost.addresses)
+                self._reassign(lost.addresses)
+                todo = [i for i in todo if i not in done]
+                continue
+            except Exception as exc:  # noqa: BLE001 - a task's own error
+                if not recovering:
+                    raise
+                failed = [i for i in todo if any(f.status == "error" for f in futs[i])]
+                for i in failed:  # that worker cannot read these rows: it takes no more shares
+                    self._unreadable.setdefault(self.ranges[i][0], exc)
+                done = [i for i in todo if i not in failed and all(f.status == "finished" for f in futs[i])]
+                out.update((i, futs[i]) for i in done)
+                self._reassign((), lost=False, shares=failed)
+                todo = [i for i in todo if i not in done]
+                continue
+            out.update((i, futs[i]) for i in todo)
+            todo = []
+        return out
 
     @property
     def futures(self):
@@ -418,25 +669,72 @@ class DaskEmbeddings:
         """Futures of each worker's rows as the kernel reads them (float32, centred, with the
         ones column, or the position columns of multiple choice: ``_HeldRows``), one per
         entry of ``ranges``; made on the workers from their chunks the first time a centre
-        (and ``position_bias``) is asked for, and kept."""
+        (and ``position_bias``) is asked for, and kept.  Asked again, the rows of workers lost
+        since go to other workers, and a worker that joined takes a share from a worker that
+        holds several."""
         center = np.asarray(center, dtype=np.float32)
         position_bias = bool(position_bias) and self.group > 1
         if self._held is not None and np.array_equal(self._held[0], center) and self._held[2] == position_bias:
+            self._rebalance()
             return self._held[1]
         self._held = None
-        held = []
-        for addr, lo, hi, r0, r1, idx in self.ranges:
-            source = (self.file, r1 * self.group) if self.file is not None else tuple(self.futures[i] for i in idx)
-            held.append(self.client.submit(_HeldRows, center, r0, lo, hi, source, self.group, position_bias,
-                                           workers=[addr], allow_other_workers=False, pure=False))
-        _, distributed = _import_dask()
-        distributed.wait(held)
-        for f in held:
-            if f.status != "finished":
-                f.result()
-        self._held = (center.copy(), held, position_bias)
+        self._held_spec = (center.copy(), position_bias)
+        held = self._run_on_shares(range(len(self.ranges)), self._submit_held)
+        self._held = (center.copy(), [held[i][0] for i in range(len(self.ranges))], position_bias)
         self._futures = None  # the chunks are let go (loaded again if other held rows are asked for)
-        return held
+        return self._held[1]
+
+    def _submit_held(self, i, address):
+        """Share ``i``'s held rows made on ``address`` (from the file, or from its chunks loaded
+        there); kept as the share's held rows."""
+        center, position_bias = self._held_spec
+        _, lo, hi, r0, r1, idx = self.ranges[i]
+        if self.file is not None:
+            source = (self.file, r1 * self.group)
+        elif self._futures is not None and self._chunk_home[i] == address:
+            source = tuple(self._futures[j] for j in idx)
+        else:
+            source = tuple(self._submit_chunks(i, address))
+        future = self.client.submit(_HeldRows, center, r0, lo, hi, source, self.group, position_bias,
+                                    workers=[address], allow_other_workers=False, pure=False)
+        if self._held is not None:
+            self._held[1][i] = future
+        self._held_home[i] = address
+        return [future]
+
+    def held_on(self, i, address):
+        """Share ``i``'s held rows on ``address``: a list of its future, the rows made there first
+        if they are elsewhere (the share was moved off a lost worker)."""
+        if self._held_home[i] == address:
+            return [self._held[1][i]]
+        return self._submit_held(i, address)
+
+    def held_rows_futures(self):
+        """The futures of the held rows now (one per share, in ``ranges`` order)."""
+        return list(self._held[1])
+
+    def _rebalance(self):
+        """Between phases: the shares of workers that have left go to other workers (counted as
+        lost), and each worker holding no share (one that joined) takes a share of a worker that
+        holds several."""
+        live = _live_workers(self.client)
+        gone = {r[0] for r in self.ranges} - live
+        moved = []
+        if gone:
+            self._lose(gone)
+            moved = self._reassign(gone)
+        holders = [r[0] for r in self.ranges]
+        idle = sorted(live - set(holders) - set(self._gone) - set(self._unreadable))
+        for address in idle:
+            crowded = [i for i, a in enumerate(holders) if holders.count(a) > 1]
+            if not crowded:
+                break
+            i = max(crowded, key=lambda j: (self.ranges[j][4] - self.ranges[j][3], -j))
+            self.ranges[i] = (address,) + tuple(self.ranges[i][1:])
+            holders[i] = address
+            moved.append(i)
+        if moved:
+            self._run_on_shares(moved, self._submit_held, recovering=True)
 
     def pieces(self, rows):
         """Futures of ``X[rows]`` (``rows`` sorted global indices), one task per chunk touched,
@@ -461,6 +759,13 @@ class DaskEmbeddings:
     def __repr__(self):
         return (f"DaskEmbeddings(shape={self.shape}, dtype={self.dtype}, chunks={self.n_chunks}, "
                 f"workers={len(self.ranges)}, {self.nbytes / 1e6:.1f} MB on the cluster)")
+
+
+def _compute_block(payload):
+    """A chunk of X computed here from its pickled graph (dask's own scheduler, in this task)."""
+    import cloudpickle
+
+    return np.asarray(cloudpickle.loads(payload).compute(scheduler="sync"))
 
 
 def _slice_rows(chunk, start, stop):
@@ -505,19 +810,29 @@ def scan_rows_dask(X, progress=None, fingerprint=None):
     X = DaskEmbeddings.open(X)
     n, d = X.row_shape  # multiple choice: the candidate rows, as the local scan reads them
     step = scan_chunk_rows(d, X.dtype.itemsize)
-    futs = []
-    for start in range(0, n, step):
-        stop = min(n, start + step)
-        if X.file is not None:  # read where the rows will be held, from the file
-            owner = next(r[0] for r in X.ranges if r[3] * X.group <= start < r[4] * X.group)
-            futs.append(X.client.submit(_scan_file_block, X.file, start, stop, n, fingerprint is not None,
-                                        workers=[owner], pure=False))
-            continue
-        rows = np.arange(start, stop, dtype=np.int64)
-        futs.append(X.client.submit(_scan_block, start, n, fingerprint is not None,
-                                    *[f for f, _, _ in X.pieces(rows)], pure=False))
+    while True:
+        futs = []
+        for start in range(0, n, step):
+            stop = min(n, start + step)
+            if X.file is not None:  # read where the rows will be held, from the file (or, that
+                # worker lost, by another: the scheduler moves the task)
+                owner = next(r[0] for r in X.ranges if r[3] * X.group <= start < r[4] * X.group)
+                futs.append(X.client.submit(_scan_file_block, X.file, start, stop, n, fingerprint is not None,
+                                            workers=[owner], allow_other_workers=True, pure=False))
+                continue
+            rows = np.arange(start, stop, dtype=np.int64)
+            futs.append(X.client.submit(_scan_block, start, n, fingerprint is not None,
+                                        *[f for f, _, _ in X.pieces(rows)], pure=False))
+        try:
+            # the chunks are pinned to their workers: a lost one is loaded again elsewhere
+            results = _wait_tasks(X.client, futs, set() if X.file is not None else {r[0] for r in X.ranges})
+            break
+        except _WorkerLost as lost:
+            X._lose(lost.addresses)
+            X._reassign(lost.addresses)
+            X._futures = None
     total = np.zeros(d, dtype=np.float64)
-    for (problem, block_sum, digests), start in zip(X.client.gather(futs), range(0, n, step)):
+    for (problem, block_sum, digests), start in zip(results, range(0, n, step)):
         if problem is not None:
             raise ValueError(problem)
         total += block_sum
@@ -689,10 +1004,17 @@ class DaskPhaseScores(scores.PhaseScores):
     adds to the engine's ``rounds`` (wall time of the rounds, as the client sees them) and
     ``rounds_compute`` (the slowest worker's member pass, summed over the rounds): their
     difference is the rounds' communication and scheduling.
+
+    ``workers_lost`` lists the workers (addresses) found lost during the phase, whose shares
+    of X went to other workers; ``rounds_repeated`` counts the calls to the workers (solver
+    rounds, the prediction, the preconditioner) asked again of those shares.  Neither changes
+    the results.
     """
 
     bytes_moved: dict = field(default_factory=dict)
     rounds: int = 0
+    workers_lost: list = field(default_factory=list)
+    rounds_repeated: int = 0
 
 
 def phase_arguments(X, client, options, loss, loss_params, n_classes, max_memory, active, codes, center):
@@ -753,15 +1075,17 @@ def score_phase_dask(X, codes, active, center, train_pos, *, n_classes, C=1.0, l
     moved = dict.fromkeys(["phase_inputs", "precond_rows", "weights_out", "sums_back", "predict_weights",
                            "counts_back"], 0)
     t0 = time.perf_counter()
-    held = X.held_rows(center, position_bias)
+    X.reset_losses()
+    lost_before, repeated_before = len(X.workers_lost), X.rounds_repeated
+    X.held_rows(center, position_bias)
     member = membership_matrix(train_pos, n_active, np.empty((n_active, m), dtype=np.uint8))
-    actor_futures, cuts = _start_phase_rows(client, X, held, active, member, codes, n_classes, n_threads, moved)
-    phases = [f.result() for f in actor_futures]  # the actors live as long as their futures
+    phases = _PhaseActors(X, _phase_inputs(X, active, member, codes, n_classes), n_threads, moved)
     seconds = {}
     precond = None
     if options.precondition:
         p0 = time.perf_counter()
-        precond = _phase_preconditioner(client, X, held, active, G, D, n_out, Ck, t, budget, moved)
+        precond = phases.repeat_if_lost(
+            lambda: _phase_preconditioner(client, X, active, G, D, n_out, Ck, t, budget, moved))
         seconds["preconditioner"] = time.perf_counter() - p0
     coef = (np.zeros((m, D, n_out)) if warm_coef is None else np.array(warm_coef, dtype=np.float64))
     coef, info, rounds = _train(phases, member, coef, precond, D, n_out, Ck, spec, options, n_threads, n_free, moved,
@@ -769,57 +1093,136 @@ def score_phase_dask(X, codes, active, center, train_pos, *, n_classes, C=1.0, l
     if on_block is not None:
         on_block()
     t1 = time.perf_counter()
-    seen, correct, prob_label = _predict(phases, cuts, coef, n_active, n_out, proba_sum, moved)
-    del phases, actor_futures
+    seen, correct, prob_label = _predict(phases, coef, n_active, n_out, proba_sum, moved)
+    n_chunks = len(phases.cuts)
+    del phases
     if on_block is not None:
         on_block()
     t2 = time.perf_counter()
     moved["total"] = sum(moved.values())
     seconds.update(train=t1 - t0, predict=t2 - t1)
     return DaskPhaseScores(seen=seen, correct=correct, prob_label=prob_label, coef=coef, n_iter=info["n_iter"],
-                           status=info["status"], n_blocks=1, seconds=seconds, n_chunks=len(cuts),
-                           n_eval=info["n_eval"], bytes_moved=moved, rounds=rounds)
+                           status=info["status"], n_blocks=1, seconds=seconds, n_chunks=n_chunks,
+                           n_eval=info["n_eval"], bytes_moved=moved, rounds=rounds,
+                           workers_lost=list(X.workers_lost[lost_before:]),
+                           rounds_repeated=X.rounds_repeated - repeated_before)
 
 
-def _start_phase_rows(client, X, held, active, member, codes, n_classes, n_threads, moved):
-    """A :class:`_PhaseRows` actor on each worker, over the active rows it holds; returns the
-    actors' futures and each worker's range of active positions ``(a, b, address)``."""
+def _phase_inputs(X, active, member, codes, n_classes):
+    """Per share of X: the arguments of its :class:`_PhaseRows` (the mask of its active rows,
+    their member bits and labels, its first active position, the reduction group's rows) and
+    its range of active positions ``(a, b)``."""
     m = member.shape[1]
     group_rows = layout.reduction_group_rows(X.shape[0])
-    cuts, futures = [], []
-    for (addr, lo, hi, r0, r1, _), h in zip(X.ranges, held):
+    out = []
+    for _, lo, hi, r0, r1, _ in X.ranges:
         a, b = (int(v) for v in np.searchsorted(active, [r0, r1]))
         mask = np.zeros(r1 - r0, dtype=bool)
         mask[active[a:b] - r0] = True
-        inputs = (np.packbits(mask), np.packbits(member[a:b], axis=1), m,
-                  _small_codes(codes[active[a:b]], n_classes), a, group_rows)
-        moved["phase_inputs"] += sum(v.nbytes for v in inputs if isinstance(v, np.ndarray))
-        futures.append(client.submit(_PhaseRows, h, *inputs, n_threads, workers=[addr], allow_other_workers=False,
-                                     pure=False, actor=True))
-        cuts.append((a, b, addr))
-    return futures, cuts
+        out.append(((np.packbits(mask), np.packbits(member[a:b], axis=1), m,
+                     _small_codes(codes[active[a:b]], n_classes), a, group_rows), (a, b)))
+    return out
 
 
-def _phase_preconditioner(client, X, held, active, G, D, n_out, Ck, t, budget, moved):
+class _PhaseActors:
+    """A phase's :class:`_PhaseRows` actor for each share of X, over the share's held rows,
+    and the calls to them (:meth:`call`).  A worker lost meanwhile: its shares go to other
+    workers (:meth:`DaskEmbeddings._reassign`), their rows are read there and their actors made
+    again with the same inputs, and the calls it had not answered are asked again of them."""
+
+    def __init__(self, X, inputs, n_threads, moved):
+        self.X, self.client = X, X.client
+        self.inputs = [args for args, _ in inputs]
+        self.cuts = [cut for _, cut in inputs]
+        self.n_threads, self.moved = n_threads, moved
+        self.futures = [None] * len(inputs)  # the actors live as long as their futures
+        self.actors = [None] * len(inputs)
+        self._start(range(len(inputs)), recovering=False)
+
+    def _start(self, shares, recovering=True):
+        X = self.X
+
+        def submit(i, address):
+            [held] = X.held_on(i, address)
+            self.moved["phase_inputs"] += sum(v.nbytes for v in self.inputs[i] if isinstance(v, np.ndarray))
+            return [self.client.submit(_PhaseRows, held, *self.inputs[i], self.n_threads, workers=[address],
+                                       allow_other_workers=False, pure=False, actor=True)]
+
+        for i, [future] in X._run_on_shares(shares, submit, recovering).items():
+            self.futures[i], self.actors[i] = future, future.result()
+
+    def recover(self, addresses):
+        """The shares of the workers ``addresses`` (lost) moved to other workers, with their actors."""
+        self.X._lose(addresses)
+        self._start(self.X._reassign(addresses))
+
+    def call(self, method, args, sent=None):
+        """``method(*args)`` of every share's actor: the results in share order.  A share whose
+        worker is lost is moved (:meth:`recover`) and asked again; ``sent``: (key of
+        ``moved``, bytes of the arguments) counted per call made."""
+        results = [None] * len(self.actors)
+        todo = list(range(len(self.actors)))
+        repeated = False
+        while todo:
+            calls = []
+            for i in todo:
+                calls.append((i, self.X.ranges[i][0], getattr(self.actors[i], method)(*args)))
+                if sent is not None:
+                    self.moved[sent[0]] += sent[1]
+            failed, gone = [], set()
+            for i, address, future in calls:
+                try:
+                    results[i] = _actor_result(self.client, future, address)
+                except _WorkerLost:
+                    failed.append(i)
+                    gone.add(address)
+                except Exception as exc:  # noqa: BLE001 - sorted below
+                    if not _comm_error(exc) and address in _live_workers(self.client):
+                        raise  # the method's own error
+                    failed.append(i)
+                    gone.add(address)
+            if gone:
+                self.recover(gone)
+                repeated = True
+            todo = failed
+        if repeated:
+            self.X.rounds_repeated += 1
+        return results
+
+    def repeat_if_lost(self, work):
+        """``work()``, run again after moving the shares of a worker lost meanwhile."""
+        while True:
+            try:
+                return work()
+            except _WorkerLost as lost:
+                self.recover(lost.addresses)
+                self.X.rounds_repeated += 1
+
+
+def _phase_preconditioner(client, X, active, G, D, n_out, Ck, t, budget, moved):
     """The phase's preconditioner (:func:`aflite_fast.core.preconditioning.phase_preconditioner`'s),
     built on the worker holding most of the sample's rows: the others send it theirs, and the
     preconditioner (D x D at most) comes here; multiple choice samples items, sent as their
-    item-centred candidate rows."""
+    item-centred candidate rows.  _WorkerLost when a worker it waits on is lost."""
     n_active = active.size
     curvature = None if G == 1 else 1.0
     form = preconditioning.phase_preconditioner_form(n_active * G, D - 1, budget)
     sample = active[preconditioning.preconditioner_sample(n_active, -(-D // G), form)]
     futs, counts = [], []
-    for (addr, lo, hi, r0, r1, _), h in zip(X.ranges, held):
+    for (addr, lo, hi, r0, r1, _), h in zip(X.ranges, X.held_rows_futures()):
         a, b = (int(v) for v in np.searchsorted(sample, [r0, r1]))
         if b > a:
             futs.append(client.submit(_sample_rows, h, sample[a:b] - r0, workers=[addr], pure=False))
             counts.append((b - a, addr))
     if futs:
-        _, home = max(counts)
+        per_worker = {}
+        for c, addr in counts:
+            per_worker[addr] = per_worker.get(addr, 0) + c
+        home = max(per_worker, key=lambda a: (per_worker[a], a))
         moved["precond_rows"] += sum(c for c, addr in counts if addr != home) * G * D * 4
-        precond = client.submit(_build_preconditioner, n_out, 1.0 / (Ck * t), form, curvature, *futs,
-                                workers=[home], pure=False).result()
+        build = client.submit(_build_preconditioner, n_out, 1.0 / (Ck * t), form, curvature, *futs,
+                              workers=[home], pure=False)
+        [precond] = _wait_tasks(client, [build], set(per_worker))
     else:
         precond = preconditioning.preconditioner(np.zeros((0, D), np.float32), n_out, 1.0 / (Ck * t), form=form,
                                                  curvature=curvature)
@@ -830,7 +1233,6 @@ def _phase_preconditioner(client, X, held, active, G, D, n_out, Ck, t, budget, m
 def _train(phases, member, coef, precond, D, n_out, Ck, spec, options, n_threads, n_free, moved, seconds):
     """The solver here, the sums of every round from the workers' actors, added by the
     reduction tree (the local pass's bits); returns (coef, info, rounds)."""
-    n_workers = len(phases)
     rounds = 0
     round_seconds, compute_seconds = [], []
 
@@ -838,10 +1240,10 @@ def _train(phases, member, coef, precond, D, n_out, Ck, spec, options, n_threads
         nonlocal rounds
         r0_ = time.perf_counter()
         W = np.ascontiguousarray(W[:, :, :D])  # the class rows' padding is zero: not sent
-        moved["weights_out"] += (models.nbytes + W.nbytes + scale.nbytes) * n_workers
-        calls = [ph.evaluate(models, W, scale, loss_spec) for ph in phases]
+        parts = phases.call("evaluate", (models, W, scale, loss_spec),
+                            sent=("weights_out", models.nbytes + W.nbytes + scale.nbytes))
         nodes, slowest = [], 0.0
-        for part, busy in (c.result() for c in calls):
+        for part, busy in parts:
             moved["sums_back"] += _nodes_nbytes(part)
             nodes.extend(part)
             slowest = max(slowest, busy)
@@ -858,16 +1260,15 @@ def _train(phases, member, coef, precond, D, n_out, Ck, spec, options, n_threads
     return coef, info, rounds
 
 
-def _predict(phases, cuts, coef, n_active, n_out, proba_sum, moved):
+def _predict(phases, coef, n_active, n_out, proba_sum, moved):
     """The weights sent to every worker, each worker's held-out counts back: (seen, correct, prob_label)."""
     W = prediction.stack_weights(coef)
-    moved["predict_weights"] = W.nbytes * len(phases)
-    futs = [ph.predict(W, n_out, proba_sum is not None) for ph in phases]
+    moved["predict_weights"] = 0
+    parts = phases.call("predict", (W, n_out, proba_sum is not None), sent=("predict_weights", W.nbytes))
     seen = np.zeros(n_active, dtype=np.int32)
     correct = np.zeros(n_active, dtype=np.int32)
     prob_label = np.zeros(n_active, dtype=np.float64)
-    for (a, b, _), f in zip(cuts, futs):
-        s_, c_, p_, proba = f.result()
+    for (a, b), (s_, c_, p_, proba) in zip(phases.cuts, parts):
         seen[a:b], correct[a:b], prob_label[a:b] = s_, c_, p_
         moved["counts_back"] += s_.nbytes + c_.nbytes + p_.nbytes
         if proba is not None:
