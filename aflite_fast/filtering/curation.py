@@ -27,6 +27,7 @@ from typing import List
 import numpy as np
 
 from aflite_fast.filtering.modes import CLASS_QUOTAS
+from aflite_fast.phase.groups import row_ids
 
 #: Default ``margin`` of ``stop="chance"``: balanced accuracy this close to chance is chance.
 DEFAULT_MARGIN = 0.02
@@ -69,19 +70,7 @@ def removal_cap(max_removed, n_rows):
 
 def encode_sources(sources, n_rows):
     """Source ids of any sortable type -> (codes 0..S-1 in sorted id order, the ids)."""
-    s = np.asarray(sources)
-    if s.ndim == 2 and 1 in s.shape:
-        s = s.ravel()
-    if s.ndim != 1:
-        raise ValueError(f"sources must be 1-D (one source id per row), got shape {s.shape}")
-    if s.shape[0] != n_rows:
-        raise ValueError(f"sources has {s.shape[0]} entries but X has {n_rows} rows")
-    if s.dtype.kind == "f" and not np.all(np.isfinite(s)):
-        raise ValueError(f"sources contains NaN or inf (first at row {int(np.flatnonzero(~np.isfinite(s))[0])})")
-    if s.dtype.kind == "O":
-        bad = [i for i, v in enumerate(s.tolist()) if v is None or v != v]
-        if bad:
-            raise ValueError(f"sources contains a missing id (None or NaN, first at row {bad[0]})")
+    s = row_ids(sources, n_rows, "sources")
     try:
         ids, codes = np.unique(s, return_inverse=True)
     except TypeError as exc:

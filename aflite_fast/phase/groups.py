@@ -19,6 +19,25 @@ d. ``select_groups`` is ``remove="group"``: a group goes as a whole when the mea
 import numpy as np
 
 
+def row_ids(values, n_rows, name):
+    """``values`` as a 1-D array of one id per row (a column vector is flattened), or a
+    ValueError naming ``name``: another shape or length, NaN/inf, a missing (None) id."""
+    ids = np.asarray(values)
+    if ids.ndim == 2 and 1 in ids.shape:
+        ids = ids.ravel()
+    if ids.ndim != 1:
+        raise ValueError(f"{name} must be 1-D (one {name[:-1]} id per row), got shape {ids.shape}")
+    if ids.shape[0] != n_rows:
+        raise ValueError(f"{name} has {ids.shape[0]} entries but X has {n_rows} rows")
+    if ids.dtype.kind == "f" and not np.all(np.isfinite(ids)):
+        raise ValueError(f"{name} contains NaN or inf (first at row {int(np.flatnonzero(~np.isfinite(ids))[0])})")
+    if ids.dtype.kind == "O":
+        bad = [i for i, v in enumerate(ids.tolist()) if v is None or v != v]
+        if bad:
+            raise ValueError(f"{name} contains a missing id (None or NaN, first at row {bad[0]})")
+    return ids
+
+
 def encode_groups(groups, n_rows):
     """Group ids of any sortable type -> int64 codes 0..G-1 (one per row), numbered in order
     of first appearance.
@@ -29,19 +48,7 @@ def encode_groups(groups, n_rows):
         If ``groups`` is not 1-D, its length is not ``n_rows``, it holds NaN or None, its ids
         cannot be sorted, or it holds a single group.
     """
-    g = np.asarray(groups)
-    if g.ndim == 2 and 1 in g.shape:
-        g = g.ravel()
-    if g.ndim != 1:
-        raise ValueError(f"groups must be 1-D (one group id per row), got shape {g.shape}")
-    if g.shape[0] != n_rows:
-        raise ValueError(f"groups has {g.shape[0]} entries but X has {n_rows} rows")
-    if g.dtype.kind == "f" and not np.all(np.isfinite(g)):
-        raise ValueError(f"groups contains NaN or inf (first at row {int(np.flatnonzero(~np.isfinite(g))[0])})")
-    if g.dtype.kind == "O":
-        bad = [i for i, v in enumerate(g.tolist()) if v is None or v != v]
-        if bad:
-            raise ValueError(f"groups contains a missing id (None or NaN, first at row {bad[0]})")
+    g = row_ids(groups, n_rows, "groups")
     try:
         uniq, first, codes = np.unique(g, return_index=True, return_inverse=True)
     except TypeError as exc:
