@@ -636,7 +636,7 @@ class _Loop:
         curation, codes = self.curation, problem.labels.codes
         if curation.cap is not None:
             budget = min(budget, curation.cap - (problem.n_rows - active.size))
-        key = tie_key(self.tie_break, self.entropy, phase, res.seen)
+        key = tie_key(self.tie_break, self.entropy, phase, res.seen, active)
         quotas = curation.class_quota is not None or curation.source_quota is not None
         # with quotas: the whole ranking of the rows at or above tau, then the quotas take from it
         chosen, n_eligible = phase_selection(res, active_groups, self.remove, settings.tau,
