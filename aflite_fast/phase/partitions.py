@@ -13,6 +13,8 @@ backend.
 """
 import numpy as np
 
+from aflite_fast.io.rows import keys_below
+
 #: Fill value of the training positions of a partition drawn as whole groups: each row of the
 #: (m, t_max) array holds its partition's sorted positions, then this value up to t_max.
 TRAIN_PAD = -1
@@ -67,26 +69,30 @@ def uniform_keys(seed, ids):
     return (row_keys(seed, ids) >> np.uint64(11)).astype(np.float64) * 2.0**-53
 
 
-def _smallest(keys, count):
-    """Indices (increasing) of the ``count`` smallest ``keys``, equal keys by index.
+def _smallest(seed, ids, count):
+    """Indices (increasing) of the ``count`` ids with the smallest keys under ``seed``, equal keys
+    by index.
 
     Only the keys below a threshold a few standard deviations above the count-th smallest
-    expected of uniform keys are ordered (all of them when fewer pass it), so a draw costs one
-    pass over the keys rather than a sort of them."""
-    n = keys.size
+    expected of uniform keys are kept and ordered (a compiled pass over the ids,
+    :func:`aflite_fast.io.rows.keys_below`); when fewer or far more pass it, all keys are, so the
+    result never depends on the threshold."""
+    n = ids.size
     if count >= n:
         return np.arange(n, dtype=np.int64)
     p = count / n
     share = p + 6.0 * np.sqrt(p * (1.0 - p) / n) + 16.0 / n
-    cand = np.flatnonzero(keys < np.uint64(int(share * 2.0**64))) if share < 1.0 else np.arange(n)
-    if cand.size < count:
-        cand = np.arange(n)
-    sub = keys[cand]
+    passed = None
+    if share < 1.0:
+        passed = keys_below(seed, ids, int(share * 2.0**64), min(n, 2 * int(share * n) + 64))
+    if passed is None or passed[0].size < count:
+        passed = np.arange(n, dtype=np.int64), row_keys(seed, ids)
+    cand, sub = passed
     kth = np.partition(sub, count - 1)[count - 1]
     below = sub < kth
     at = np.flatnonzero(sub == kth)[:count - int(np.count_nonzero(below))]
     below[at] = True
-    return cand[below].astype(np.int64)
+    return cand[below]
 
 
 def partition_train_positions(entropy, phase, n_active, train_size, n_partitions, groups=None, row_ids=None):
@@ -125,12 +131,12 @@ def partition_train_positions(entropy, phase, n_active, train_size, n_partitions
     """
     if groups is not None:
         return _group_train_positions(entropy, phase, train_size, n_partitions, groups)
-    ids = np.arange(n_active, dtype=np.int64) if row_ids is None else np.asarray(row_ids, dtype=np.int64)
+    ids = np.ascontiguousarray(np.arange(n_active) if row_ids is None else row_ids, dtype=np.int64)
     if ids.shape != (n_active,):
         raise ValueError(f"row_ids has shape {ids.shape}, expected ({n_active},)")
     out = np.empty((n_partitions, train_size), dtype=np.int64)
     for j in range(n_partitions):
-        out[j] = _smallest(row_keys(key_seed(entropy, PARTITION_TAG, phase, j), ids), train_size)
+        out[j] = _smallest(key_seed(entropy, PARTITION_TAG, phase, j), ids, train_size)
     return out
 
 
