@@ -328,8 +328,8 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
         The cluster of ``backend="dask"`` (default: the current client).
     groups : array-like of shape (N,), optional
         A group id per row (any sortable type).  Every partition then trains on whole groups,
-        so the rows of a group are all trained on or all held out: groups in a random order
-        (from the partition's seed) are taken until the training set holds at least t rows,
+        so the rows of a group are all trained on or all held out: groups in the order of a
+        random key of (seed, phase, partition, group) are taken until the training set holds at least t rows,
         i.e. t to t + s - 1 rows for a last group of s rows.  Groups are those of the active
         rows in each phase.  Needs t <= (active rows) - (largest group); when a later phase
         breaks that, filtering stops.
