@@ -47,6 +47,9 @@ def main(argv=None):
     p.add_argument("--max-phases", type=int, default=None)
     p.add_argument("--path", type=Path, default=None, help="the .npy (written if missing)")
     p.add_argument("--json", type=Path, default=None)
+    p.add_argument("--seed", type=int, default=0, help="random_state of the run")
+    p.add_argument("--tol", type=float, default=None, help="the solver's tolerance (default: aflite's)")
+    p.add_argument("--keep", type=Path, default=None, help="write the kept rows' indices to this .npy")
     p.add_argument("--no-chance-check", dest="chance_check", action="store_false",
                    help="run without the chance check (3 cold scorings of phase 0 under permuted labels)")
     a = p.parse_args(argv)
@@ -62,8 +65,8 @@ def main(argv=None):
     y = np.load(labels_path)
 
     from aflite_fast import aflite
-    from aflite_fast.filtering import loop
     from aflite_fast.phase import local
+    from aflite_fast.phase.backends import LocalBackend
 
     target = a.target_size
     if a.max_phases is not None:
@@ -89,7 +92,7 @@ def main(argv=None):
 
     local.score_phase = spy
     scan_seconds = []
-    real_scan = loop.scan_rows
+    real_scan = LocalBackend.scan
 
     def scan_spy(*args, **kwargs):
         s0 = time.perf_counter()
@@ -97,15 +100,18 @@ def main(argv=None):
         scan_seconds.append(time.perf_counter() - s0)
         return out
 
-    loop.scan_rows = scan_spy
+    LocalBackend.scan = scan_spy
     t0 = time.perf_counter()
     res = aflite(str(path), y, target_size=target, n_partitions=a.partitions, train_size=a.train_size,
-                 slice_size=a.slice_size, tau=a.tau, random_state=0, n_jobs=a.threads,
-                 max_memory=a.max_memory, progress=False, chance_check=a.chance_check)
+                 slice_size=a.slice_size, tau=a.tau, random_state=a.seed, n_jobs=a.threads,
+                 max_memory=a.max_memory, progress=False, chance_check=a.chance_check,
+                 **({} if a.tol is None else {"tol": a.tol}))
+    if a.keep is not None:
+        np.save(a.keep, res.keep)
     total = time.perf_counter() - t0
     peak = sampler.stop()
     local.score_phase = real
-    loop.scan_rows = real_scan
+    LocalBackend.scan = real_scan
     # projection of the full run from the measured phases: seconds per active row
     full_phases = []
     n_active = a.rows
@@ -120,6 +126,7 @@ def main(argv=None):
     measured_all = target == a.target_size
     out = dict(rows=a.rows, dim=a.dim, partitions=a.partitions, train_size=a.train_size,
                slice_size=a.slice_size, target_size=a.target_size, run_target=target, tau=a.tau,
+               seed=a.seed, tol=a.tol,
                threads=a.threads, file_gb=path.stat().st_size / 1e9, total_seconds=total,
                n_phases=len(phases), phases=phases, kept=int(res.keep.size), stop_reason=res.stop_reason,
                peak_anon_gb=peak / 1e9, base_anon_gb=base_anon / 1e9,

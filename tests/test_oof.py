@@ -136,7 +136,8 @@ def test_bad_inputs(seed):
 
 def test_partition_mode_and_audit_match_predictability(seed):
     X, y = skewed_problem(600, 8, 3, seed)
-    ref = predictability(X, y, n_partitions=16, train_size=0.5, random_state=seed, n_jobs=1)
+    # tol: oof's and audit's default (predictability's is looser)
+    ref = predictability(X, y, n_partitions=16, train_size=0.5, random_state=seed, n_jobs=1, tol=1e-4)
     run = oof_run(X, y, n_partitions=16, train_size=0.5, random_state=seed, n_jobs=1)
     np.testing.assert_array_equal(run.correct, ref.correct)
     np.testing.assert_array_equal(run.seen, ref.seen)

@@ -67,7 +67,8 @@ phase 0's rows at or above tau do not exceed what permuted labels give, one line
 'aflite-fast evaluate' (the kept rows against random subsets of their size) to report.json.
 
 Ties: rows of equal score are taken in order of higher mean held-out probability of their label
-(--tie-break label_prob), or in a random order from --seed (--tie-break random).
+(--tie-break label_prob, the default), or in a random order from --seed and the rows' indices
+(--tie-break random).
 
 Inputs on which no model can learn (X with no variance, or a scale at or below the solver's
 tolerance, a singular --transition) are refused: filtering them would only remove rows by
@@ -183,8 +184,9 @@ def add_parser(subparsers):
                    help="skip the chance check (phase 0 scored again under 3 label permutations; "
                         "report.json: chance_check)")
     p.add_argument("--tie-break", choices=TIE_BREAKS, default="label_prob",
-                   help="order of rows of equal score: label_prob, higher mean held-out probability "
-                        "of the row's label first; random, a random order drawn from --seed")
+                   help="order of rows of equal score: label_prob (default), higher mean held-out "
+                        "probability of the row's label first; random, a random order drawn from "
+                        "--seed and the rows' indices")
     p.add_argument("--evaluate", action="store_true",
                    help="at the end, compare the kept rows with random subsets of their size "
                         "(see 'aflite-fast evaluate') and add it to report.json (and report.png)")

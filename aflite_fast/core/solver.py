@@ -52,8 +52,8 @@ class SolverOptions:
 
     Parameters
     ----------
-    tol : float
-        Stop when the largest absolute gradient entry is at most ``tol`` (scikit-learn's
+    tol : float, default=3e-4
+        The default is that of ``aflite`` (a phase's models).  Stop when the largest absolute gradient entry is at most ``tol`` (scikit-learn's
         ``tol`` for ``solver="lbfgs"``; the objective is the mean loss plus the L2 term) and,
         for a model started from zero, also at most ``START_RTOL`` (1e-2) times its value at
         zero.  The second test is scale-free: where the gradient at zero is already below
@@ -78,7 +78,7 @@ class SolverOptions:
         path of the solver, not its optimum.
     """
 
-    tol: float = 1e-4
+    tol: float = 3e-4
     max_iter: int = 1000
     ftol: float = 1e-12
     history: int = 10

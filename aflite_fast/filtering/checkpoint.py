@@ -32,7 +32,8 @@ import numpy as np
 from aflite_fast.io.atomic import write_file_atomically
 
 FORMAT = "aflite_fast-checkpoint"
-VERSION = 1
+#: 2: partitions and random ties keyed by row (version 1, by position, is refused: never mixed).
+VERSION = 2
 _ARRAYS = ("active", "removed", "removed_phase", "scores", "warm_mean")
 
 
@@ -147,6 +148,11 @@ class Checkpoint:
         except (OSError, ValueError, KeyError, EOFError, UnicodeDecodeError, zipfile.BadZipFile) as exc:
             raise ValueError(f"checkpoint {self.path!r} exists but is not a readable aflite_fast checkpoint "
                              f"({exc}); remove it or give another path") from exc
+        if header.get("format") == FORMAT and isinstance(header.get("version"), int) and header["version"] < VERSION:
+            raise ValueError(f"checkpoint {self.path!r} is of version {header['version']}, written by an earlier "
+                             f"aflite_fast that drew partitions and ties by position; this version ({VERSION}) keys "
+                             "them by row, so its phases would not continue that run: give another checkpoint "
+                             "path (or remove it) to start the run again")
         if header.get("format") != FORMAT or header.get("version") != VERSION:
             raise ValueError(f"checkpoint {self.path!r} is not an aflite_fast checkpoint of version {VERSION} "
                              f"(format {header.get('format')!r}, version {header.get('version')!r})")

@@ -1,8 +1,8 @@
 """Which rows a phase removes: highest score first among those at or above tau, ties ordered.
 
 a. :func:`select_rows`: rows scored this phase with score >= tau, highest score first, ties by
-   the mean held-out probability of the row's label (or a random key standing in for it,
-   :func:`tie_key`), then by position; at most the phase's budget.
+   the mean held-out probability of the row's label (or a random key of the row standing in
+   for it, :func:`tie_key`), then by position; at most the phase's budget.
 b. :func:`phase_selection`: the same per row or per group (``remove="group"``:
    :func:`aflite_fast.phase.groups.select_groups`), optionally restricted to the positions that
    may be removed (``eval_only_score``).
@@ -12,8 +12,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from aflite_fast.phase.groups import select_groups
+from aflite_fast.phase.partitions import key_seed, uniform_keys
 
-#: Middle word of the random tie-break's spawn key, "tie" in ASCII (partition keys have two words).
+#: First word of the spawn key of the random tie-break's keys, "tie" in ASCII.
 TIE_TAG = 0x746965
 
 
@@ -29,15 +30,18 @@ def select_rows(scores, prob_label, seen, tau, budget):
     return eligible[order[:budget]], eligible.size
 
 
-def tie_key(tie_break, entropy, phase, seen):
+def tie_key(tie_break, entropy, phase, seen, row_ids=None):
     """What orders rows of equal score, as a summed "probability" (divided by ``seen`` where
     used): None for ``"label_prob"`` (the label's held-out probability itself); for ``"random"``
-    a uniform draw per row from ``SeedSequence(entropy, spawn_key=(phase, TIE_TAG))`` times
-    ``seen``, so its mean is the draw (a group's mean: a random mix of its rows' draws)."""
+    a uniform key per row times ``seen``, so its mean is the key (a group's mean: a random mix
+    of its rows' keys).  The key of a row is
+    :func:`~aflite_fast.phase.partitions.uniform_keys` of its id (``row_ids``: its index in X;
+    default its position) under ``key_seed(entropy, TIE_TAG, phase)``: it depends on the row, not
+    on which other rows are still active."""
     if tie_break == "label_prob":
         return None
-    rng = np.random.default_rng(np.random.SeedSequence(entropy, spawn_key=(phase, TIE_TAG)))
-    return rng.random(seen.size) * seen
+    ids = np.arange(seen.size, dtype=np.int64) if row_ids is None else row_ids
+    return uniform_keys(key_seed(entropy, TIE_TAG, phase), ids) * seen
 
 
 def phase_selection(res, active_groups, remove, tau, budget, removable=None, tie_key=None):

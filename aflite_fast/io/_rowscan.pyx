@@ -72,3 +72,28 @@ def membership_matrix(const int64_t[:, :] train_positions, int64_t n_rows, uint8
                     out[pos, j] = 1
     if bad >= 0:
         raise IndexError(f"membership_matrix: position {bad} beyond {n_rows} rows")
+
+
+cdef inline uint64_t _splitmix(uint64_t seed, uint64_t i) noexcept nogil:
+    cdef uint64_t z = seed + i * <uint64_t>0x9E3779B97F4A7C15ULL
+    z = (z ^ (z >> 30)) * <uint64_t>0xBF58476D1CE4E5B9ULL
+    z = (z ^ (z >> 27)) * <uint64_t>0x94D049BB133111EBULL
+    return z ^ (z >> 31)
+
+
+def keys_below(uint64_t seed, const int64_t[::1] ids, uint64_t below, int64_t[::1] pos, uint64_t[::1] keys):
+    """The ids whose key (value ``id`` of the splitmix64 stream at ``seed``, as
+    ``aflite_fast.phase.partitions.row_keys``) is below ``below``: their indices in ``ids``
+    (increasing) into ``pos`` and their keys into ``keys``, at most ``pos.size`` of them.
+    Returns how many ids pass (more than were written when it exceeds ``pos.size``)."""
+    cdef Py_ssize_t n = ids.shape[0], cap = pos.shape[0], i, found = 0
+    cdef uint64_t k
+    with nogil:
+        for i in range(n):
+            k = _splitmix(seed, <uint64_t>ids[i])
+            if k < below:
+                if found < cap:
+                    pos[found] = i
+                    keys[found] = k
+                found += 1
+    return found

@@ -9,8 +9,9 @@ all ``n_partitions`` models of the phase (``seen == n_partitions``).  ``train_si
 training-eligible active rows (a fraction is a share of them).  Evaluation rows are scored as
 any other row; they are removed by the same rule unless ``eval_only_score=True``.
 
-Without evaluation rows the draws are those of a run without the argument (the eligible
-positions are then every active position), so results do not change.
+Partitions are keyed by row (:mod:`aflite_fast.phase.partitions`): an eligible row has the key
+it has in a run without evaluation rows, and without evaluation rows the draws are those of a
+run without the argument.
 """
 import numbers
 
@@ -82,12 +83,14 @@ def train_positions(entropy, phase, active, is_eval, train_size, n_partitions, g
     training-eligible active rows only (:func:`aflite_fast.phase.partitions.partition_train_positions`
     over them, mapped back to active positions: still sorted, padded with ``TRAIN_PAD``).
 
-    ``groups`` holds the group code of every active position."""
+    ``active`` holds the active rows' indices in X (their ids: their keys do not depend on which
+    other rows are active or eligible), ``groups`` the group code of every active position."""
     if is_eval is None:
-        return partition_train_positions(entropy, phase, active.size, train_size, n_partitions, groups=groups)
+        return partition_train_positions(entropy, phase, active.size, train_size, n_partitions, groups=groups,
+                                         row_ids=active)
     eligible = eligible_positions(active, is_eval)
     pos = partition_train_positions(entropy, phase, eligible.size, train_size, n_partitions,
-                                    groups=None if groups is None else groups[eligible])
+                                    groups=None if groups is None else groups[eligible], row_ids=active[eligible])
     out = np.full(pos.shape, TRAIN_PAD, dtype=np.int64)
     taken = pos != TRAIN_PAD
     out[taken] = eligible[pos[taken]]

@@ -8,8 +8,8 @@ a. ``encode_groups`` checks the ids (one per row, no NaN, at least two groups) a
    to codes 0..G-1 in order of first appearance, so results depend on which rows share a
    group, not on what the ids are.
 b. Every partition draws whole groups for its training set
-   (:func:`aflite_fast.phase.partitions.partition_train_positions`): groups in a random order from the
-   partition's own seed, taken until the set holds at least t rows, so it holds t to
+   (:func:`aflite_fast.phase.partitions.partition_train_positions`): groups in the order of their
+   keys under the partition's own seed, taken until the set holds at least t rows, so it holds t to
    t + s - 1 rows (s: the size of the group that completed it).  ``check_group_train_size``
    makes sure that no draw can take every group: t <= (active rows) - (largest group).
 c. Groups are those of the active rows of each phase: removed rows leave their groups.

@@ -1,9 +1,32 @@
-"""Each partition's training positions in a phase, drawn from its own seed.
+"""Each partition's training rows in a phase, keyed by row: the t rows with the smallest keys.
 
-Partition j of phase p draws from ``SeedSequence(entropy, spawn_key=(p, j))``, so nothing
-depends on how partitions are blocked, on threads or on the backend.
+Every active row (or group) has a key per partition and phase, a 64-bit hash of (the run's
+seed, phase, partition, row id): :func:`row_keys`.  Partition j of phase p trains on the
+``train_size`` active rows with the smallest keys (with groups: whole groups in the order of
+their keys, the group id standing in for the row id).  Keys are independent and uniform, so a
+partition's training set is a uniform ``train_size``-subset of the active rows, as in
+Algorithm 1 of the paper.  The row id is the row's index in X, not its position among the active
+rows, so removing a row changes no other row's key: two runs whose removals differ in one row
+draw the same partitions from the rows they share, instead of being reshuffled into what
+another seed would draw.  Nothing depends on how partitions are blocked, on threads or on the
+backend.
 """
 import numpy as np
+
+from aflite_fast.io.rows import keys_below
+
+#: Fill value of the training positions of a partition drawn as whole groups: each row of the
+#: (m, t_max) array holds its partition's sorted positions, then this value up to t_max.
+TRAIN_PAD = -1
+
+#: First word of the spawn key of a partition's key seed, "part" in ASCII.
+PARTITION_TAG = 0x70617274
+
+# splitmix64 (Steele, Lea and Flood 2014): the stream's increment and its output mix
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+_SHIFTS = (np.uint64(30), np.uint64(27), np.uint64(31))
 
 
 def seed_entropy(random_state):
@@ -19,20 +42,70 @@ def seed_entropy(random_state):
     raise ValueError(f"random_state must be None, a non-negative int or a numpy Generator, got {random_state!r}")
 
 
-#: Fill value of the training positions of a partition drawn as whole groups: each row of the
-#: (m, t_max) array holds its partition's sorted positions, then this value up to t_max.
-TRAIN_PAD = -1
+def key_seed(entropy, *words):
+    """The 64-bit seed of one family of keys: ``SeedSequence(entropy, spawn_key=words)``."""
+    return np.random.SeedSequence(entropy, spawn_key=words).generate_state(1, np.uint64)[0]
 
 
-def partition_train_positions(entropy, phase, n_active, train_size, n_partitions, groups=None):
+def row_keys(seed, ids):
+    """Key of every id (int64, >= 0) under ``seed`` (:func:`key_seed`): value ``id`` of the
+    splitmix64 stream that starts at ``seed``, uint64.  A key depends on the seed and the id
+    only, never on which other ids are asked for."""
+    z = np.asarray(ids, dtype=np.int64).astype(np.uint64)
+    tmp = np.empty_like(z)
+    with np.errstate(over="ignore"):
+        z *= _GOLDEN
+        z += np.uint64(seed)
+        for shift, mult in zip(_SHIFTS, (_MIX1, _MIX2, None)):
+            np.right_shift(z, shift, out=tmp)
+            z ^= tmp
+            if mult is not None:
+                z *= mult
+    return z
+
+
+def uniform_keys(seed, ids):
+    """:func:`row_keys` as floats uniform in [0, 1) (their top 53 bits)."""
+    return (row_keys(seed, ids) >> np.uint64(11)).astype(np.float64) * 2.0**-53
+
+
+def _smallest(seed, ids, count):
+    """Indices (increasing) of the ``count`` ids with the smallest keys under ``seed``, equal keys
+    by index.
+
+    Only the keys below a threshold a few standard deviations above the count-th smallest
+    expected of uniform keys are kept and ordered (a compiled pass over the ids,
+    :func:`aflite_fast.io.rows.keys_below`); when fewer or far more pass it, all keys are, so the
+    result never depends on the threshold."""
+    n = ids.size
+    if count >= n:
+        return np.arange(n, dtype=np.int64)
+    p = count / n
+    share = p + 6.0 * np.sqrt(p * (1.0 - p) / n) + 16.0 / n
+    passed = None
+    if share < 1.0:
+        passed = keys_below(seed, ids, int(share * 2.0**64), min(n, 2 * int(share * n) + 64))
+    if passed is None or passed[0].size < count:
+        passed = np.arange(n, dtype=np.int64), row_keys(seed, ids)
+    cand, sub = passed
+    kth = np.partition(sub, count - 1)[count - 1]
+    below = sub < kth
+    at = np.flatnonzero(sub == kth)[:count - int(np.count_nonzero(below))]
+    below[at] = True
+    return cand[below]
+
+
+def partition_train_positions(entropy, phase, n_active, train_size, n_partitions, groups=None, row_ids=None):
     """Training positions (in the active set) of every partition of a phase.
 
-    Partition j of phase p draws from ``SeedSequence(entropy, spawn_key=(p, j))``: a seed per
-    partition, not per thread or block.  Without ``groups`` it draws ``train_size`` positions
-    uniformly without replacement.  With ``groups`` it shuffles the groups present in the
-    active set and takes them whole, in that order, until the training set holds at least
-    ``train_size`` rows: so it holds from ``train_size`` to ``train_size + s - 1`` rows, s the
-    size of the group that completed it, and no group is split between training and held out.
+    Partition j of phase p keys every active row by :func:`row_keys` under
+    ``key_seed(entropy, PARTITION_TAG, p, j)`` and trains on the ``train_size`` rows with the
+    smallest keys: a uniform subset without replacement, that depends on the rows' ids and not
+    on their positions.  With ``groups`` the keys are those of the group codes: the partition
+    takes the groups present in the active set whole, in the order of their keys, until its
+    training set holds at least ``train_size`` rows: so it holds from ``train_size`` to
+    ``train_size + s - 1`` rows, s the size of the group that completed it, and no group is
+    split between training and held out.
 
     Parameters
     ----------
@@ -40,11 +113,14 @@ def partition_train_positions(entropy, phase, n_active, train_size, n_partitions
         Seed of the run (:func:`seed_entropy`).
     phase, n_active, train_size, n_partitions : int
     groups : ndarray (n_active,) of int, optional
-        Group code of every active position: the draws depend on which positions share a code
-        and on the codes' order (:func:`aflite_fast.phase.groups.encode_groups` numbers groups in
-        order of first appearance, so ids that name the same groups give the same draws).  The caller
-        ensures ``train_size <= n_active - (largest group)``, so every partition holds out rows
-        (:func:`aflite_fast.phase.groups.check_group_train_size`).
+        Group code (>= 0) of every active position: the draws depend on the codes, so codes must
+        name a group the same way in every phase (:func:`aflite_fast.phase.groups.encode_groups`
+        numbers groups in order of first appearance in X, so ids that name the same groups give
+        the same draws).  The caller ensures ``train_size <= n_active - (largest group)``, so
+        every partition holds out rows (:func:`aflite_fast.phase.groups.check_group_train_size`).
+    row_ids : ndarray (n_active,) of int, optional
+        Id (>= 0) of every active position: its row's index in X.  Default: the positions
+        themselves (all rows active).
 
     Returns
     -------
@@ -55,22 +131,33 @@ def partition_train_positions(entropy, phase, n_active, train_size, n_partitions
     """
     if groups is not None:
         return _group_train_positions(entropy, phase, train_size, n_partitions, groups)
+    ids = np.ascontiguousarray(np.arange(n_active) if row_ids is None else row_ids, dtype=np.int64)
+    if ids.shape != (n_active,):
+        raise ValueError(f"row_ids has shape {ids.shape}, expected ({n_active},)")
     out = np.empty((n_partitions, train_size), dtype=np.int64)
     for j in range(n_partitions):
-        rng = np.random.default_rng(np.random.SeedSequence(entropy, spawn_key=(phase, j)))
-        out[j] = np.sort(rng.choice(n_active, size=train_size, replace=False))
+        out[j] = _smallest(key_seed(entropy, PARTITION_TAG, phase, j), ids, train_size)
     return out
 
 
 def _group_train_positions(entropy, phase, train_size, n_partitions, groups):
-    _, group_of, sizes = np.unique(np.asarray(groups), return_inverse=True, return_counts=True)
+    codes, group_of, sizes = np.unique(np.asarray(groups, dtype=np.int64), return_inverse=True,
+                                       return_counts=True)
     group_of = group_of.ravel()
     n_groups = sizes.size
     picks = []
+    n_rows = int(sizes.sum())
+    p = min(1.0, train_size / n_rows)
+    # groups whose keys pass this share hold train_size rows but in a draw of many standard
+    # deviations; only they are ordered (all groups when they fall short)
+    share = p + 6.0 * np.sqrt(p * float(np.sum(sizes.astype(np.float64) ** 2))) / n_rows + 2.0 * sizes.max() / n_rows
     for j in range(n_partitions):
-        rng = np.random.default_rng(np.random.SeedSequence(entropy, spawn_key=(phase, j)))
-        order = rng.permutation(n_groups)
-        # the shortest prefix of the shuffled groups with at least train_size rows
+        keys = row_keys(key_seed(entropy, PARTITION_TAG, phase, j), codes)
+        cand = np.flatnonzero(keys < np.uint64(int(share * 2.0**64))) if share < 1.0 else None
+        if cand is None or int(sizes[cand].sum()) < train_size:
+            cand = np.arange(n_groups)
+        order = cand[np.lexsort((codes[cand], keys[cand]))]
+        # the shortest prefix of the groups in key order with at least train_size rows
         n_taken = int(np.searchsorted(np.cumsum(sizes[order]), train_size)) + 1
         if n_taken >= n_groups:
             raise ValueError(f"groups: a training set of {train_size} rows drawn as whole groups takes all "
