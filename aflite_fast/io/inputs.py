@@ -66,7 +66,8 @@ def open_embeddings(X, column=None, items=False):
 
     Returns
     -------
-    ndarray, numpy.memmap or :class:`aflite_fast.io.rowsource.RowSource`
+    ndarray, numpy.memmap or :class:`aflite_fast.io.rowsource.RowSource`, or a SciPy CSR matrix for
+    sparse X (:func:`aflite_fast.io.sparse.check_sparse`: CSC, COO and other formats converted once)
 
     Raises
     ------
@@ -74,7 +75,7 @@ def open_embeddings(X, column=None, items=False):
         If the file cannot be read, X is not 2-D (or 3-D with ``items``), is empty, or has a
         dtype that is not a real number.
     TypeError
-        If X is sparse, or an object array holding values that are not numbers.
+        If X is an object array holding values that are not numbers.
     ImportError
         When reading the format needs an optional dependency that is missing (the message
         names the extra).
@@ -85,9 +86,10 @@ def open_embeddings(X, column=None, items=False):
         raise ValueError(f"column={column!r} chooses a column of a table file, but X is not a path")
     elif isinstance(X, RowSource):
         pass
-    elif _is_sparse(X):
-        raise TypeError(f"X is a sparse {type(X).__name__}; sparse input is not supported, "
-                        "pass a dense array (X.toarray())")
+    elif _is_sparse(X):  # CSR checked, other formats converted once (docs/sparse.md)
+        from aflite_fast.io.sparse import check_sparse
+
+        return check_sparse(X)
     elif not isinstance(X, np.ndarray):
         try:
             X = np.asarray(X)

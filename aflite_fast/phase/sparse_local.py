@@ -71,40 +71,57 @@ def score_phase_sparse(X, codes, active, center, train_pos, *, n_classes, C=1.0,
     t0 = time.perf_counter()
     rows = sparse_solver.CSRRows(X, active)
     read_seconds = time.perf_counter() - t0
-    n_active = rows.n_rows
     m, t = train_pos.shape
-    d = X.shape[1]
-    D = d + 1
     y = np.ascontiguousarray(codes[active], dtype=np.int32)
-    fixed = phase_fixed_bytes(rows, m, d, n_classes, n_threads, proba_sum is not None)
-    group = model_group_size(budget, fixed, m, d, n_classes, options.history)
-    groups = [np.arange(s, min(m, s + group)) for s in range(0, m, group)]
-    Ck = kernel_C(C, n_classes)
     lists = [np.ascontiguousarray(tp[tp >= 0], dtype=np.int64) for tp in train_pos]
-    p0 = time.perf_counter()
-    precond = (sparse_solver.sparse_preconditioner(rows, n_classes, 1.0 / (Ck * t))
+    member = membership_matrix(train_pos, rows.n_rows, np.empty((rows.n_rows, m), dtype=np.uint8))
+    heldout = np.subtract(1, member, out=member)
+    fit = fit_predict(rows, y, lists, heldout, n_classes=n_classes, C=kernel_C(C, n_classes), l2_rows=t, loss=loss,
+                      loss_params=loss_params, options=options, budget=budget, n_threads=n_threads,
+                      warm_coef=warm_coef, proba_sum=proba_sum, on_block=on_block)
+    seconds = dict(fit["seconds"], read_train=read_seconds, read_predict=0.0)
+    seconds["train"] += read_seconds
+    return PhaseScores(seen=fit["seen"], correct=fit["correct"], prob_label=fit["prob_label"], coef=fit["coef"],
+                       n_iter=fit["n_iter"], status=fit["status"], n_blocks=fit["n_groups"], seconds=seconds,
+                       n_chunks=fit["n_groups"], n_eval=fit["n_eval"])
+
+
+def fit_predict(rows, y, lists, heldout, *, n_classes, C, l2_rows, loss="ce", loss_params=None, options=None,
+                budget, n_threads=1, warm_coef=None, proba_sum=None, on_block=None):
+    """Train one model per entry of ``lists`` on CSR ``rows`` and add its predictions of the rows
+    it holds out (``heldout`` (n, B) uint8) to per-row counts, the models in groups that
+    ``budget`` bytes hold.
+
+    ``C`` is the kernel's (:func:`aflite_fast.phase.plan.kernel_C`); ``l2_rows`` the training rows
+    whose L2 weight the preconditioner takes.  Returns a dict: ``coef``, ``n_iter``, ``status``,
+    ``n_eval``, ``seen``, ``correct``, ``prob_label``, ``n_groups``, ``seconds``.
+    """
+    options = options or SolverOptions()
+    n, m, d = rows.n_rows, len(lists), rows.n_features
+    fixed = phase_fixed_bytes(rows, m, d, n_classes, n_threads, proba_sum is not None)
+    size = model_group_size(budget, fixed, m, d, n_classes, options.history)
+    groups = [np.arange(s, min(m, s + size)) for s in range(0, m, size)]
+    t0 = time.perf_counter()
+    precond = (sparse_solver.sparse_preconditioner(rows, n_classes, 1.0 / (C * l2_rows))
                if options.precondition else None)
-    precond_seconds = time.perf_counter() - p0
-    coef = np.zeros((m, D, n_classes)) if warm_coef is None else np.array(warm_coef, dtype=np.float64)
+    precond_seconds = time.perf_counter() - t0
+    coef = np.zeros((m, d + 1, n_classes)) if warm_coef is None else np.array(warm_coef, dtype=np.float64)
     n_iter = np.zeros(m, dtype=np.int32)
     status = np.zeros(m, dtype=np.int32)
     n_eval = np.zeros(m, dtype=np.int32)
     for g in groups:
-        coef_g = np.ascontiguousarray(coef[g])
         coef_g, info = sparse_solver.train_sparse_models(
-            rows, y, [lists[j] for j in g], n_classes, C=Ck, loss=loss, loss_params=loss_params, coef=coef_g,
-            precond=precond, options=options, n_threads=n_threads)
+            rows, y, [lists[j] for j in g], n_classes, C=C, loss=loss, loss_params=loss_params,
+            coef=np.ascontiguousarray(coef[g]), precond=precond, options=options, n_threads=n_threads)
         coef[g] = coef_g
         n_iter[g], status[g], n_eval[g] = info["n_iter"], info["status"], info["n_eval"]
         del coef_g
         if on_block is not None:
             on_block()
     t1 = time.perf_counter()
-    member = membership_matrix(train_pos, n_active, np.empty((n_active, m), dtype=np.uint8))
-    heldout = np.subtract(1, member, out=member)
-    seen = np.zeros(n_active, dtype=np.int32)
-    correct = np.zeros(n_active, dtype=np.int32)
-    prob_label = np.zeros(n_active, dtype=np.float64)
+    seen = np.zeros(n, dtype=np.int32)
+    correct = np.zeros(n, dtype=np.int32)
+    prob_label = np.zeros(n, dtype=np.float64)
     for g in groups:
         W = sparse_solver.stack_weights_sparse(coef[g])
         sparse_solver.predict_sparse_accumulate(rows, y, heldout[:, g[0]:g[-1] + 1], W, seen, correct, prob_label,
@@ -113,8 +130,6 @@ def score_phase_sparse(X, codes, active, center, train_pos, *, n_classes, C=1.0,
         if on_block is not None:
             on_block()
     t2 = time.perf_counter()
-    return PhaseScores(seen=seen, correct=correct, prob_label=prob_label, coef=coef, n_iter=n_iter, status=status,
-                       n_blocks=len(groups),
-                       seconds={"train": t1 - t0, "predict": t2 - t1, "read_train": read_seconds,
-                                "read_predict": 0.0, "preconditioner": precond_seconds},
-                       n_chunks=len(groups), n_eval=n_eval)
+    return dict(coef=coef, n_iter=n_iter, status=status, n_eval=n_eval, seen=seen, correct=correct,
+                prob_label=prob_label, n_groups=len(groups),
+                seconds={"train": t1 - t0, "predict": t2 - t1, "preconditioner": precond_seconds})
