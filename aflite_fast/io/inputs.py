@@ -52,7 +52,8 @@ def open_embeddings(X, column=None, items=False):
     ----------
     X : array-like, numpy.memmap, row source, str / os.PathLike, or list of paths
         A path is opened read-only and read a chunk at a time, so a file larger than memory
-        is never loaded whole.  It may name a ``.npy`` file, ``FILE.npz:KEY``, a directory or
+        is never loaded whole.  It may name a ``.npy`` file, ``FILE.npz:KEY``, a sparse matrix
+        saved by ``scipy.sparse.save_npz`` (``FILE.npz``: read as CSR), a directory or
         glob of ``.npy`` shards (or a list of their paths), ``FILE.safetensors[:KEY]``, a
         Hugging Face dataset saved with ``save_to_disk`` or an ``.arrow`` file, or a Parquet
         file or directory (docs/formats.md; :func:`aflite_fast.io.formats.open_rows`).  Rows of
@@ -80,6 +81,11 @@ def open_embeddings(X, column=None, items=False):
         When reading the format needs an optional dependency that is missing (the message
         names the extra).
     """
+    if isinstance(X, (str, os.PathLike)) and column is None and os.fspath(X).lower().endswith(".npz"):
+        from aflite_fast.io.sparse import check_sparse, is_sparse_npz, open_npz
+
+        if is_sparse_npz(X):  # a scipy.sparse.save_npz file: read as CSR, never densified
+            return check_sparse(open_npz(X), name=f"X ({os.fspath(X)})")
     if isinstance(X, (str, os.PathLike)) or _is_path_list(X):
         X = open_rows(X, column, "embeddings")
     elif column is not None:
