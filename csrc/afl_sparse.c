@@ -7,6 +7,7 @@
 
 int afl_sparse_eval(const int64_t *indptr, const int32_t *indices, const float *data, const int32_t *y,
                     int64_t D, int64_t Dp, int C, int64_t nA, const int64_t *rptr, const int64_t *rows,
+                    const int64_t *model, const int32_t *colmap, int64_t d,
                     const float *W, const double *scale, int loss_code, const double *params,
                     afl_user_weight_fn user, double *out, int n_threads)
 {
@@ -34,6 +35,8 @@ int afl_sparse_eval(const int64_t *indptr, const int32_t *indices, const float *
         for (int64_t a = 0; a < nA; a++) {
             if (!wt || !gt || !zd || !p || !z || !g) continue;
             const float *w = W + a * P;
+            /* the model's own columns: global column -> its row of the weights (or the identity) */
+            const int32_t *cm = colmap ? colmap + model[a] * d : NULL;
             for (int c = 0; c < C; c++)
                 for (int64_t r = 0; r < D; r++) wt[r * C + c] = w[c * Dp + r];
             memset(gt, 0, (size_t)(D * C) * sizeof(double));
@@ -43,14 +46,14 @@ int afl_sparse_eval(const int64_t *indptr, const int32_t *indices, const float *
                 const int64_t e0 = indptr[i], e1 = indptr[i + 1];
                 for (int c = 0; c < C; c++) zd[c] = wt[ones * C + c];
                 for (int64_t e = e0; e < e1; e++) {
-                    const float *wr = wt + (int64_t)indices[e] * C;
+                    const float *wr = wt + (int64_t)(cm ? cm[indices[e]] : indices[e]) * C;
                     const double v = data[e];
                     for (int c = 0; c < C; c++) zd[c] += v * wr[c];
                 }
                 for (int c = 0; c < C; c++) z[c] = (float)zd[c];
                 loss += afl_row_loss(loss_code, params, user, C, z, y[i], p, scale[a], g);
                 for (int64_t e = e0; e < e1; e++) {
-                    double *gr = gt + (int64_t)indices[e] * C;
+                    double *gr = gt + (int64_t)(cm ? cm[indices[e]] : indices[e]) * C;
                     const double v = data[e];
                     for (int c = 0; c < C; c++) gr[c] += (double)g[c] * v;
                 }
@@ -125,12 +128,10 @@ int afl_sparse_predict(int64_t n, const int64_t *indptr, const int32_t *indices,
     return rc ? -1 : 0;
 }
 
-void afl_sparse_second_moments(int64_t n, const int64_t *indptr, const int32_t *indices,
-                               const float *data, int64_t d, double *out)
+void afl_sparse_mark_columns(const int64_t *indptr, const int32_t *indices, int64_t n_rows, const int64_t *rows,
+                             uint8_t *mark)
 {
-    /* sum over the rows of x_ij^2, in row order (one thread: a fixed order) */
-    memset(out, 0, (size_t)d * sizeof(double));
-    for (int64_t i = 0; i < n; i++)
-        for (int64_t e = indptr[i]; e < indptr[i + 1]; e++)
-            out[indices[e]] += (double)data[e] * (double)data[e];
+    /* mark[j] = 1 for every column j that one of the rows uses (mark zeroed by the caller) */
+    for (int64_t k = 0; k < n_rows; k++)
+        for (int64_t e = indptr[rows[k]]; e < indptr[rows[k] + 1]; e++) mark[indices[e]] = 1;
 }

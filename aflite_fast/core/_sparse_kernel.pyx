@@ -15,14 +15,14 @@ cdef extern from "afl_losses.h" nogil:
 cdef extern from "afl_sparse.h" nogil:
     int afl_sparse_eval(const int64_t *indptr, const int32_t *indices, const float *data, const int32_t *y,
                         int64_t D, int64_t Dp, int C, int64_t nA, const int64_t *rptr, const int64_t *rows,
-                        const float *W, const double *scale, int loss_code, const double *params,
+                        const int64_t *model, const int32_t *colmap, int64_t d, const float *W, const double *scale, int loss_code, const double *params,
                         afl_user_weight_fn user, double *out, int n_threads)
     int afl_sparse_predict(int64_t n, const int64_t *indptr, const int32_t *indices, const float *data,
                            const int32_t *y, int64_t D, int64_t B, int C, const float *W,
                            const uint8_t *heldout, int64_t ldh, int32_t *seen, int32_t *correct,
                            double *prob_label, double *proba_sum, int n_threads)
-    void afl_sparse_second_moments(int64_t n, const int64_t *indptr, const int32_t *indices,
-                                   const float *data, int64_t d, double *out)
+    void afl_sparse_mark_columns(const int64_t *indptr, const int32_t *indices, int64_t n_rows,
+                                 const int64_t *rows, uint8_t *mark)
 
 
 cdef int _check_csr(const int64_t[::1] indptr, const int32_t[::1] indices, const float[::1] data) except -1:
@@ -40,11 +40,14 @@ def sparse_eval(const int64_t[::1] indptr, const int32_t[::1] indices, const flo
                 const double[::1] scale,         # IN  (nA,) gradient scale of each
                 int loss_code, const double[::1] loss_params, uintptr_t user_fn,
                 double[:, ::1] out,              # OUT (nA, C * Dp + 1) gradient sums, then the loss
-                int n_threads):
+                int n_threads,
+                const int64_t[::1] model=None,   # IN  (nA,) each model's row of colmap
+                const int32_t[:, ::1] colmap=None):  # IN  (B, d) column -> row of its weights (< D - 1)
     """Summed row losses and scaled gradient sums of ``nA`` models over their own rows,
     as :func:`aflite_fast.core.solver.train_models_with` takes them."""
     cdef int64_t nA = rptr.shape[0] - 1
     cdef int64_t n = indptr.shape[0] - 1
+    cdef int64_t a
     _check_csr(indptr, indices, data)
     if (W.shape[0] != nA or W.shape[1] != n_classes or W.shape[2] != Dp or scale.shape[0] != nA
             or out.shape[0] != nA or out.shape[1] != n_classes * Dp + 1 or y.shape[0] != n
@@ -57,9 +60,21 @@ def sparse_eval(const int64_t[::1] indptr, const int32_t[::1] indices, const flo
     cdef const int32_t *ip = &indices[0] if indices.shape[0] > 0 else NULL
     cdef const float *dp = &data[0] if data.shape[0] > 0 else NULL
     cdef const int32_t *yp = &y[0] if y.shape[0] > 0 else NULL
+    cdef const int64_t *mp = NULL
+    cdef const int32_t *cp = NULL
+    cdef int64_t d = 0
+    if colmap is not None:
+        d = colmap.shape[1]
+        if model is None or model.shape[0] != nA or colmap.shape[0] == 0:
+            raise ValueError("sparse_eval: inconsistent column maps")
+        for a in range(nA):
+            if model[a] < 0 or model[a] >= colmap.shape[0]:
+                raise ValueError("sparse_eval: model out of range of the column maps")
+        mp = &model[0]
+        cp = &colmap[0, 0]
     cdef int rc
     with nogil:
-        rc = afl_sparse_eval(&indptr[0], ip, dp, yp, D, Dp, n_classes, nA, &rptr[0], rp,
+        rc = afl_sparse_eval(&indptr[0], ip, dp, yp, D, Dp, n_classes, nA, &rptr[0], rp, mp, cp, d,
                              &W[0, 0, 0], &scale[0], loss_code, params, <afl_user_weight_fn> user_fn,
                              &out[0, 0], n_threads)
     if rc != 0:
@@ -96,13 +111,15 @@ def sparse_predict(const int64_t[::1] indptr, const int32_t[::1] indices, const 
         raise MemoryError("sparse_predict: could not allocate scratch memory")
 
 
-def second_moments(const int64_t[::1] indptr, const int32_t[::1] indices, const float[::1] data, int64_t d):
-    """(d,) float64 sums of the squared values of each column, added in row order."""
-    _check_csr(indptr, indices, data)
-    out = np.zeros(d, dtype=np.float64)
-    cdef double[::1] o = out
-    if d == 0 or indices.shape[0] == 0:
-        return out
-    with nogil:
-        afl_sparse_second_moments(indptr.shape[0] - 1, &indptr[0], &indices[0], &data[0], d, &o[0])
-    return out
+def model_columns(const int64_t[::1] indptr, const int32_t[::1] indices, const int64_t[::1] rows, int64_t d):
+    """(k,) int64: the sorted columns that the given rows use."""
+    mark = np.zeros(d, dtype=np.uint8)
+    cdef uint8_t[::1] mv = mark
+    cdef int64_t n = indptr.shape[0] - 1, k
+    for k in range(rows.shape[0]):
+        if rows[k] < 0 or rows[k] >= n:
+            raise ValueError("model_columns: row out of range")
+    if rows.shape[0] > 0 and indices.shape[0] > 0 and d > 0:
+        with nogil:
+            afl_sparse_mark_columns(&indptr[0], &indices[0], rows.shape[0], &rows[0], &mv[0])
+    return np.flatnonzero(mark)

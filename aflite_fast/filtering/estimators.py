@@ -227,11 +227,9 @@ class RobustLogisticRegression(ClassifierMixin, BaseEstimator):
         if is_sparse(problem.X):  # CSR rows, not centred: the sparse kernel (docs/sparse.md)
             from aflite_fast.core import sparse_solver
 
-            rows = sparse_solver.CSRRows(problem.X)
             coef, info = sparse_solver.train_sparse_models(
-                rows, labels.codes, [np.arange(n_rows, dtype=np.int64)], labels.n_classes, C=Ck, loss=problem.loss,
-                precond=sparse_solver.sparse_preconditioner(rows, labels.n_classes, 1.0 / (Ck * n_rows)),
-                options=options, n_threads=problem.backend.n_threads)
+                sparse_solver.CSRRows(problem.X), labels.codes, [np.arange(n_rows, dtype=np.int64)],
+                labels.n_classes, C=Ck, loss=problem.loss, options=options, n_threads=problem.backend.n_threads)
             center = None
         else:
             Xa = layout.augment_rows(np.asarray(problem.X), center)

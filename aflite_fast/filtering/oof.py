@@ -249,7 +249,7 @@ def _fit_predict_subsets_sparse(X, codes, member, heldout, *, n_classes, C, loss
     lists = [np.flatnonzero(member[:, k]).astype(np.int64) for k in range(K)]
     proba_sum = np.zeros((n, n_classes), dtype=np.float64)
     fit = fit_predict(rows, codes, lists, np.ascontiguousarray(heldout), n_classes=n_classes,
-                      C=plan.kernel_C(C, n_classes), l2_rows=float(member.sum(axis=0).mean()), loss=loss,
+                      C=plan.kernel_C(C, n_classes), loss=loss,
                       options=options, budget=budget, n_threads=n_threads, proba_sum=proba_sum)
     if bar is not None:
         bar.set_description("out-of-fold: predicting", refresh=False)
