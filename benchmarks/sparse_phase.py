@@ -19,8 +19,8 @@ partition (fit + predict) times m / workers is the peer's phase.  Ours and the p
 interleaved (ours, peer, ours, peer, ...) in the same process run, ``--repeat`` rounds; the
 table gives medians.
 
-Peak memory: ours is the process's peak resident set size growth during our phase (ru_maxrss
-of a child process that runs only our side), against the formula of
+Peak memory: ours is the growth of the process's peak resident set size during our phase (the
+peak reset before it through /proc/self/clear_refs, Linux), against the formula of
 :mod:`aflite_fast.core.sparse_solver` (per model ``(88 + 16 h) (d + 1) C`` bytes, in groups
 under ``max_memory``).
 
@@ -30,10 +30,8 @@ Examples::
     python benchmarks/sparse_phase.py --n 20000 --log2d 16 --m 16 --frac 0.1 --repeat 1   # smoke
 """
 import argparse
-import multiprocessing
 import os
 import platform
-import resource
 import statistics
 import sys
 import time
@@ -141,15 +139,19 @@ def ours(X, y, m, frac, threads, max_memory):
     return time.perf_counter() - t0, res
 
 
-def _ours_peak(args, frac, path_X, path_y):
-    """Our phase in a child process: (seconds, peak RSS growth in bytes)."""
-    X = sp.load_npz(path_X)
-    y = np.load(path_y)
-    import aflite_fast  # noqa: F401  (imported before the baseline is read)
+def _reset_peak():
+    """Reset this process's peak resident set size (Linux: /proc/self/clear_refs); the current size."""
+    with open("/proc/self/clear_refs", "w") as fh:
+        fh.write("5")
+    return _status("VmRSS")
 
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    secs, _ = ours(X, y, args.m, frac, args.threads, args.max_memory)
-    return secs, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base
+
+def _status(key):
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    return 0
 
 
 def main():
@@ -186,8 +188,11 @@ def main():
                 lists = partitions(X, y, args.m, frac, 0)
                 fits = lists[:max(args.peer_fits, 2 * args.threads)]
                 ours_s, peer = [], {"lbfgs": [], "liblinear": []}
+                peaks = []
                 for r in range(args.repeat):
+                    base = _reset_peak()
                     s, res = ours(X, y, args.m, frac, args.threads, args.max_memory)
+                    peaks.append(_status("VmHWM") - base)
                     ours_s.append(s)
                     for solver in peer:
                         mean_fit, _ = peer_phase(pool, solver, fits, args.threads)
@@ -195,13 +200,12 @@ def main():
                     print(f"  t/N={frac} round {r}: ours {s:.2f} s; peer phase lbfgs "
                           f"{peer['lbfgs'][-1]:.1f} s, liblinear {peer['liblinear'][-1]:.1f} s; "
                           f"load {os.getloadavg()[0]:.2f}", flush=True)
-                # spawned, not forked: a child forked after OpenMP ran in this process can hang
-                with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as one:
-                    peak_s, peak = one.submit(_ours_peak, args, frac, path_X, path_y).result()
+                peak = max(peaks)
                 best = min(peer, key=lambda k: statistics.median(peer[k]))
                 o, p = statistics.median(ours_s), statistics.median(peer[best])
                 budget = parse_memory(args.max_memory)
-                per_model = model_bytes(d - 0, args.classes)
+                width = max(np.unique(X[lst].indices).size for lst in lists) + 1
+                per_model = model_bytes(d, args.classes, 10, width - 1)
                 rows.append((frac, o, best, p, p / o, peak, per_model, budget,
                              statistics.median(peer["lbfgs"]), statistics.median(peer["liblinear"]),
                              float(np.nanmean(res.scores))))
@@ -210,8 +214,8 @@ def main():
             if os.path.exists(path):
                 os.remove(path)
     print(f"\nload average {os.getloadavg()[0]:.2f} at the end\n")
-    print("| t/N | ours (s) | peer lbfgs (s) | peer liblinear (s) | peer / ours | our peak RSS | formula per model "
-          "| max_memory | mean score |")
+    print("| t/N | ours (s) | peer lbfgs (s) | peer liblinear (s) | peer / ours | our peak RSS growth "
+          "| formula per model | max_memory | mean score |")
     print("|---|---|---|---|---|---|---|---|---|")
     for frac, o, best, p, ratio, peak, per_model, budget, pl, pll, score in rows:
         print(f"| {frac} | {o:.2f} | {pl:.1f} | {pll:.1f} | {ratio:.1f}x ({best}) | {peak / 1e9:.2f} GB "

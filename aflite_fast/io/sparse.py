@@ -125,11 +125,13 @@ def is_sparse_npz(path):
     path = os.fspath(path)
     if not path.endswith(".npz") or not os.path.isfile(path):
         return False
+    import zipfile
+
     try:
-        with np.load(path, allow_pickle=False) as f:
+        with open(path, "rb") as fh, np.load(fh, allow_pickle=False) as f:
             return {"format", "shape", "data"} <= set(f.files)
-    except (OSError, ValueError):
-        return False
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile):
+        return False  # not an archive: the dense reader names the problem
 
 
 def sparse_scan(X, fingerprint=None, progress=None):
