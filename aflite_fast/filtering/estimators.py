@@ -172,6 +172,11 @@ class RobustLogisticRegression(ClassifierMixin, BaseEstimator):
         self.T = T
         self.loss_params = loss_params
 
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True  # CSR rows (other formats converted once): docs/sparse.md
+        return tags
+
     def _loss_spec(self, n_classes):
         """The loss resolved by the registry from the parameters that are set."""
         if self.loss_params is not None and not isinstance(self.loss_params, dict):
