@@ -122,6 +122,25 @@ def test_dense_and_sparse_forms_agree():
     np.testing.assert_allclose(ps.prob_label, pd.prob_label, atol=1e-3)
 
 
+@pytest.mark.parametrize("loss", ["gce", "gce_trunc", "sce", "mae"])
+def test_noise_robust_losses_reach_the_dense_optimum(loss):
+    # the sparse member pass computes the dense objective: the dense model (uncentred) is a
+    # stationary point of the sparse solver, which stays there; for the convex-like GCE a cold
+    # start also lands on it (SCE, MAE and truncated GCE have several stationary points)
+    from aflite_fast.core import sparse_solver
+
+    X, y = counts_problem(n=500, d=30, density=0.25, signal=1.5, seed=2)
+    dense = RobustLogisticRegression(loss=loss, tol=1e-7, max_iter=5000).fit(X.toarray(), y)
+    start = dense._coef_full[None].copy()
+    coef, info = sparse_solver.train_sparse_models(
+        sparse_solver.CSRRows(X), y.astype(np.int32), [np.arange(500)], 3, C=1.0, loss=dense._loss_spec(3),
+        coef=start.copy(), options=SolverOptions(tol=1e-7, max_iter=5000))
+    assert np.abs(coef - start).max() < 1e-3
+    if loss == "gce":
+        sparse = RobustLogisticRegression(loss=loss, tol=1e-7, max_iter=5000).fit(X, y)
+        np.testing.assert_allclose(sparse.predict_proba(X), dense.predict_proba(X.toarray()), atol=2e-3)
+
+
 # c. ------------------------------------------------------------------------------------------
 
 def test_entry_points_take_sparse_X():
