@@ -72,10 +72,17 @@ def extensions():
         depends=[os.path.join(CSRC, h) for h in ("afl_gemm.h", "afl_gemm_impl.h", "afl_exp_impl.h", "afl_losses.h",
                                                   "afl_omp.h", "afl_member.h", "afl_member_impl.h")],
     )
+    # sparse (CSR) rows: the member pass and prediction (docs/sparse.md)
+    sparse_kernel = Extension(
+        "aflite_fast.core._sparse_kernel",
+        sources=["aflite_fast/core/_sparse_kernel.pyx", os.path.join(CSRC, "afl_sparse.c")],
+        include_dirs=[CSRC],
+        depends=[os.path.join(CSRC, h) for h in ("afl_sparse.h", "afl_losses.h", "afl_omp.h")],
+    )
     # the row helpers of the filtering path (input checks, membership): no OpenMP, no csrc
     rowscan = Extension("aflite_fast.io._rowscan", sources=["aflite_fast/io/_rowscan.pyx"])
     return cythonize(
-        [kernel, rowscan],
+        [kernel, sparse_kernel, rowscan],
         compiler_directives={"language_level": 3, "boundscheck": False, "wraparound": False,
                              "cdivision": True, "initializedcheck": False},
     )

@@ -65,9 +65,9 @@ def test_convergence_warning_is_sklearns_class():
         solver_status.warn_not_converged({"converged": 1, "max_iter": 2})  # what the CLI silences
 
 
-def test_sparse_input_is_still_refused():
+def test_sparse_input_is_recognised():
     scipy_sparse = pytest.importorskip("scipy.sparse")
     from aflite_fast.io.inputs import open_embeddings
 
-    with pytest.raises(TypeError, match="sparse"):
-        open_embeddings(scipy_sparse.csr_matrix(np.eye(3, dtype=np.float32)))
+    X = open_embeddings(scipy_sparse.csr_matrix(np.eye(3, dtype=np.float32)))
+    assert scipy_sparse.issparse(X) and X.format == "csr"

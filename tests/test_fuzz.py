@@ -305,7 +305,7 @@ PARAMETER_FAULTS = {
 NAME_PATTERN = {"loss_params": r"loss_params|zz|\bq\b", "max_memory": r"max_memory|memory size",
                 "C": r"\bC\b", "X": r"\bX\b", "y": r"\by\b|class"}
 X_FAULTS = ["nan", "inf", "beyond_float32", "1d", "4d", "no_rows", "no_features", "complex", "strings",
-            "sparse", "ragged", "none"]
+            "sparse_nan", "ragged", "none"]
 Y_FAULTS = ["longer", "shorter", "one_class", "nan", "2d", "none"]
 
 ENTRY_POINTS = {
@@ -368,8 +368,15 @@ def _fault_X(kind, X):
         return X
     return {"1d": lambda: X[:, 0], "4d": lambda: X[:, :, None, None], "no_rows": lambda: X[:0],
             "no_features": lambda: X[:, :0], "complex": lambda: X.astype(np.complex64),
-            "strings": lambda: X.astype("<U8"), "sparse": lambda: scipy.sparse.csr_matrix(X.astype(np.float32)),
+            "strings": lambda: X.astype("<U8"), "sparse_nan": lambda: _sparse_nan(X),
             "ragged": lambda: [list(r) for r in X[:-1]] + [[1.0] * (d + 1)], "none": lambda: None}[kind]()
+
+
+def _sparse_nan(X):
+    """Sparse X (taken since sparse rows are supported) with a NaN value: refused."""
+    S = scipy.sparse.csr_matrix(X.astype(np.float32))
+    S.data[S.data.size // 2] = np.nan
+    return S
 
 
 def _fault_y(kind, y):

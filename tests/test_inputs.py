@@ -285,11 +285,9 @@ def test_fortran_ordered_file(problem, tmp_path):
 
 def test_sparse_object_and_ragged_X(problem):
     X, y = problem
-    for sparse in (scipy.sparse.csr_matrix(X), scipy.sparse.csr_array(X)):
-        with pytest.raises(TypeError, match="sparse input is not supported"):
-            aflite(sparse, y, **KW)
-        with pytest.raises(TypeError, match="sparse input is not supported"):
-            RobustLogisticRegression().fit(sparse, y)
+    for sparse in (scipy.sparse.csr_matrix(X), scipy.sparse.csr_array(X)):  # taken (tests/test_sparse.py)
+        assert aflite(sparse, y, **KW).keep.size == KW["target_size"]
+        assert RobustLogisticRegression().fit(sparse, y).predict_proba(sparse).shape == (len(y), 3)
     assert_same_run(aflite(X.astype(object), y, **KW), aflite(X.astype(np.float64), y, **KW))
     bad = X.astype(object)
     bad[3, 1] = "three"

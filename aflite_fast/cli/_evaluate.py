@@ -109,11 +109,17 @@ def check_run_inputs(report, X, y, n_jobs=None):
                          "report.json's labels_sha256): give the labels the run used")
     digest = report.get("x_sha256")
     if digest is not None:
-        # multiple choice: its N x K candidate rows, as the run read them
-        rows = X.reshape(-1, X.shape[-1]) if X.ndim == 3 else X
-        with ContentHash(rows.shape, X.dtype, n_jobs) as content:
-            scan_rows(rows, fingerprint=content)
-        if content.hexdigest() != digest:
+        from aflite_fast.io.sparse import is_sparse, sparse_digest
+
+        if is_sparse(X):  # sparse X's own fingerprint (io.sparse.sparse_digest), as the run took it
+            found = sparse_digest(X)
+        else:
+            # multiple choice: its N x K candidate rows, as the run read them
+            rows = X.reshape(-1, X.shape[-1]) if X.ndim == 3 else X
+            with ContentHash(rows.shape, X.dtype, n_jobs) as content:
+                scan_rows(rows, fingerprint=content)
+            found = content.hexdigest()
+        if found != digest:
             raise ValueError("EMB has the run's shape and dtype but not its content (its fingerprint differs from "
                              f"report.json's x_sha256): {again}")
 

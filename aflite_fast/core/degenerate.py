@@ -57,10 +57,12 @@ def check_scale(X, center, tol):
     """
     n = X.shape[0]
     center64 = np.asarray(center, dtype=np.float64)
-    sample = np.unique(np.linspace(0, n - 1, min(n, SAMPLE_ROWS)).astype(np.int64))
-    rows = np.asarray(X[sample], dtype=np.float64)
-    if np.abs(rows - center64).max() > tol:
-        return
+    sparse = hasattr(X, "tocsr")  # scipy sparse: the full pass reads column extremes, nothing densified
+    if not sparse:
+        sample = np.unique(np.linspace(0, n - 1, min(n, SAMPLE_ROWS)).astype(np.int64))
+        rows = np.asarray(X[sample], dtype=np.float64)
+        if np.abs(rows - center64).max() > tol:
+            return
 
     value, col = DataScale(X, center).largest()
     if value == 0.0:
@@ -105,6 +107,12 @@ def check_moved(coef, status=None, *, X, center=None, train_rows, tol, what="mod
     flat = []
     for j in stuck:
         rows = np.sort(np.asarray(train_rows(j), dtype=np.int64))
+        if hasattr(X, "tocsr"):  # scipy sparse: the rows' largest column range, nothing densified
+            from aflite_fast.io.sparse import column_stats
+
+            if rows.size == 0 or column_stats(X[rows])[1] <= tol:
+                flat.append(j)
+            continue
         block = np.asarray(X[rows], dtype=np.float64)
         if center is not None:
             block = block - np.asarray(center, dtype=np.float64)

@@ -11,6 +11,7 @@ from aflite_fast.core.solver_status import status_counts, warn_not_converged
 from aflite_fast.filtering.loop import aflite
 from aflite_fast.filtering.problem import Problem, check_C
 from aflite_fast.io.inputs import open_embeddings, scan_rows
+from aflite_fast.io.sparse import is_sparse
 from aflite_fast.phase.backends import LocalBackend
 from aflite_fast.phase.plan import kernel_C
 from aflite_fast.runtime.threads import effective_n_threads
@@ -100,7 +101,8 @@ def _take_rows(data, rows, as_array):
     else through ``as_array()``, as a NumPy array."""
     if hasattr(data, "iloc"):
         return data.iloc[rows]
-    return np.asarray(as_array()[rows])
+    taken = as_array()[rows]
+    return taken if is_sparse(taken) else np.asarray(taken)  # sparse X comes back as CSR
 
 
 def _check_feature_names(estimator, X, reset):
@@ -170,6 +172,11 @@ class RobustLogisticRegression(ClassifierMixin, BaseEstimator):
         self.T = T
         self.loss_params = loss_params
 
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True  # CSR rows (other formats converted once): docs/sparse.md
+        return tags
+
     def _loss_spec(self, n_classes):
         """The loss resolved by the registry from the parameters that are set."""
         if self.loss_params is not None and not isinstance(self.loss_params, dict):
@@ -191,7 +198,7 @@ class RobustLogisticRegression(ClassifierMixin, BaseEstimator):
         if X.shape[1] != self.n_features_in_:
             raise ValueError(f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
                              f"{self.n_features_in_} features as input")
-        return X, scan_rows(X)
+        return X, (None if is_sparse(X) else scan_rows(X))  # sparse values were checked when opened
 
     def fit(self, X, y):
         """Fit the model on (X, y).
@@ -220,16 +227,26 @@ class RobustLogisticRegression(ClassifierMixin, BaseEstimator):
         options = solver.SolverOptions(tol=self.tol, max_iter=self.max_iter)
         problem.scan()
         center = problem.center
-        Xa = layout.augment_rows(np.asarray(problem.X), center)
         n_rows = problem.n_rows
-        member = np.ones((n_rows, 1), dtype=np.uint8)
-        coef, info = solver.train_models(
-            Xa, labels.codes, member, labels.n_classes, C=kernel_C(C, labels.n_classes), loss=problem.loss,
-            precond="auto", options=options, n_threads=problem.backend.n_threads)
+        Ck = kernel_C(C, labels.n_classes)
+        if is_sparse(problem.X):  # CSR rows, not centred: the sparse kernel (docs/sparse.md)
+            from aflite_fast.core import sparse_solver
+
+            coef, info = sparse_solver.train_sparse_models(
+                sparse_solver.CSRRows(problem.X), labels.codes, [np.arange(n_rows, dtype=np.int64)],
+                labels.n_classes, C=Ck, loss=problem.loss, options=options, n_threads=problem.backend.n_threads)
+            center = None
+        else:
+            Xa = layout.augment_rows(np.asarray(problem.X), center)
+            member = np.ones((n_rows, 1), dtype=np.uint8)
+            coef, info = solver.train_models(
+                Xa, labels.codes, member, labels.n_classes, C=Ck, loss=problem.loss,
+                precond="auto", options=options, n_threads=problem.backend.n_threads)
         # never an untrained model (the guards of every phase), then the convergence warning
         problem.check_models(coef, info["n_iter"], info["status"], lambda j: np.arange(n_rows))
         warn_not_converged(status_counts(info["status"]), what="model")
-        self._coef_full = layout.uncenter_coef(coef[0], center.astype(np.float64))
+        self._coef_full = (coef[0].copy() if center is None
+                           else layout.uncenter_coef(coef[0], center.astype(np.float64)))
         self.classes_ = labels.classes
         self.n_iter_ = info["n_iter"].astype(np.int64)
         W = self._coef_full
@@ -253,6 +270,10 @@ class RobustLogisticRegression(ClassifierMixin, BaseEstimator):
         """
         check_is_fitted(self)
         X, _ = self._validate_X(X, reset=False)
+        if is_sparse(X):
+            from aflite_fast.core.sparse_solver import CSRRows, predict_proba_sparse
+
+            return predict_proba_sparse(CSRRows(X), self._coef_full, n_threads=effective_n_threads(self.n_jobs))
         Xa = layout.augment_rows(np.asarray(X))
         return prediction.predict_proba(Xa, self._coef_full, n_threads=effective_n_threads(self.n_jobs))
 
@@ -260,7 +281,8 @@ class RobustLogisticRegression(ClassifierMixin, BaseEstimator):
         """Logits (n_samples, n_classes), or the log-odds (n_samples,) for two classes."""
         check_is_fitted(self)
         X, _ = self._validate_X(X, reset=False)
-        Z = np.asarray(X, dtype=np.float64) @ self._coef_full[:-1] + self._coef_full[-1]
+        Z = (np.asarray(X.astype(np.float64) @ self._coef_full[:-1]) if is_sparse(X)
+             else np.asarray(X, dtype=np.float64) @ self._coef_full[:-1]) + self._coef_full[-1]
         return Z[:, 1] - Z[:, 0] if Z.shape[1] == 2 else Z
 
     def predict(self, X):

@@ -217,9 +217,10 @@ def _hits(rep, y, rows, groups, cv, seed, n_jobs):
         res = rep.problem.score(np.asarray(y, dtype=np.int32), rows, train_pos, what="probe model")
         return res.correct > 0
     from aflite_fast.filtering.oof import oof_run
+    from aflite_fast.io.sparse import is_sparse
 
     X = rep.X
-    Xr = X[rows] if isinstance(X, np.ndarray) else np.asarray(X[rows])
+    Xr = X[rows] if isinstance(X, np.ndarray) or is_sparse(X) else np.asarray(X[rows])
     run = oof_run(Xr, y[rows], cv=cv, random_state=seed, n_jobs=n_jobs,
                   groups=None if groups is None else groups[rows])
     return run.classes[np.argmax(run.proba, axis=1)] == y[rows]

@@ -1,5 +1,6 @@
 """AFLite on a Hugging Face ``datasets.Dataset``: :func:`filter_dataset`."""
 from aflite_fast.io.arrow import dataset_column, dataset_rows
+from aflite_fast.io.sparse import is_sparse
 
 
 def filter_dataset(ds, embedding_column, label_column, *, groups_column=None, sources_column=None, card=False,
@@ -15,8 +16,10 @@ def filter_dataset(ds, embedding_column, label_column, *, groups_column=None, so
     Parameters
     ----------
     ds : datasets.Dataset
-    embedding_column : str
-        A column holding one embedding (a list of d numbers) per row.
+    embedding_column : str or scipy.sparse matrix
+        A column holding one embedding (a list of d numbers) per row; or the rows' features
+        themselves as a sparse matrix with one row per row of ``ds`` (e.g. a vectorizer's output
+        on a text column; docs/sparse.md).
     label_column : str
         A column holding one label per row (a ``ClassLabel``, integers or strings).
     groups_column : str, optional
@@ -45,7 +48,13 @@ def filter_dataset(ds, embedding_column, label_column, *, groups_column=None, so
     """
     from aflite_fast.filtering.loop import aflite
 
-    X = dataset_rows(ds, embedding_column)
+    if is_sparse(embedding_column):
+        X = embedding_column
+        if X.shape[0] != len(ds):
+            raise ValueError(f"the sparse features have {X.shape[0]} rows, the dataset {len(ds)}: give one row "
+                             "of features per row of the dataset")
+    else:
+        X = dataset_rows(ds, embedding_column)
     y = dataset_column(ds, label_column, "labels")
     if groups_column is not None:
         if "groups" in aflite_kwargs:
@@ -60,7 +69,9 @@ def filter_dataset(ds, embedding_column, label_column, *, groups_column=None, so
         return ds.select(result.keep), result
     from aflite_fast.filtering.card import dataset_card
 
-    parameters = dict(embedding_column=embedding_column, label_column=label_column, groups_column=groups_column,
+    features = (f"sparse matrix {X.shape[0]} x {X.shape[1]}, {X.nnz} non-zeros" if is_sparse(embedding_column)
+                else embedding_column)
+    parameters = dict(embedding_column=features, label_column=label_column, groups_column=groups_column,
                       sources_column=sources_column)
     parameters.update((k, v) for k, v in aflite_kwargs.items() if k not in ("groups", "sources", "client", "progress"))
     return ds.select(result.keep), result, dataset_card(result, parameters)

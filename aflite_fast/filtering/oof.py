@@ -36,6 +36,7 @@ import numpy as np
 from aflite_fast.core import preconditioning, prediction, solver
 from aflite_fast.filtering.problem import Problem, check_C, validate_settings
 from aflite_fast.io.inputs import gather_rows
+from aflite_fast.io.sparse import is_sparse
 from aflite_fast.phase import gather, plan
 from aflite_fast.phase.backends import LocalBackend
 from aflite_fast.phase.groups import encode_groups, partition_groups
@@ -172,6 +173,9 @@ def _fit_predict_subsets(X, codes, center, member, heldout, *, n_classes, C, los
     (a tqdm bar) counts the rows predicted.
     """
     budget = parse_memory(max_memory)
+    if is_sparse(X):  # CSR rows: the sparse kernel, models in groups under the budget
+        return _fit_predict_subsets_sparse(X, codes, member, heldout, n_classes=n_classes, C=C, loss=loss,
+                                           options=options, budget=budget, n_threads=n_threads, bar=bar)
     n, d = X.shape
     D = d + 1
     K = member.shape[1]
@@ -232,6 +236,25 @@ def _fit_predict_subsets(X, codes, center, member, heldout, *, n_classes, C, los
             bar.set_description("out-of-fold: predicting", refresh=False)
             bar.update(r.size)
     return seen, correct, prob_label, proba_sum, coef, n_iter, status
+
+
+def _fit_predict_subsets_sparse(X, codes, member, heldout, *, n_classes, C, loss, options, budget, n_threads,
+                                bar=None):
+    """:func:`_fit_predict_subsets` on CSR X (:func:`aflite_fast.phase.sparse_local.fit_predict`)."""
+    from aflite_fast.core.sparse_solver import CSRRows
+    from aflite_fast.phase.sparse_local import fit_predict
+
+    rows = CSRRows(X)
+    n, K = member.shape
+    lists = [np.flatnonzero(member[:, k]).astype(np.int64) for k in range(K)]
+    proba_sum = np.zeros((n, n_classes), dtype=np.float64)
+    fit = fit_predict(rows, codes, lists, np.ascontiguousarray(heldout), n_classes=n_classes,
+                      C=plan.kernel_C(C, n_classes), loss=loss,
+                      options=options, budget=budget, n_threads=n_threads, proba_sum=proba_sum)
+    if bar is not None:
+        bar.set_description("out-of-fold: predicting", refresh=False)
+        bar.update(n)
+    return fit["seen"], fit["correct"], fit["prob_label"], proba_sum, fit["coef"], fit["n_iter"], fit["status"]
 
 
 def _progress_bar(progress, total):

@@ -33,6 +33,7 @@ from aflite_fast.core.solver_status import check_trained
 from aflite_fast.io.fingerprint import ContentHash
 from aflite_fast.io.inputs import Labels, encode_labels
 from aflite_fast.io.scale import DataScale
+from aflite_fast.io.sparse import is_sparse
 from aflite_fast.io.watch import InputWatch
 from aflite_fast.phase.evaluation_rows import eval_mask, train_positions
 from aflite_fast.phase.multiple_choice import check_shape, encode_choices
@@ -191,7 +192,10 @@ class Problem:
         return self.n_rows if self.is_eval is None else self.n_rows - int(self.is_eval.sum())
 
     def check_phase_memory(self, n_partitions, train_size, budget, with_proba=False):
-        """Refuse a phase on every row that ``budget`` cannot hold, before the scan (local backend)."""
+        """Refuse a phase on every row that ``budget`` cannot hold, before the scan (local backend;
+        a sparse phase plans its groups of models itself: :mod:`aflite_fast.phase.sparse_local`)."""
+        if is_sparse(self.X):
+            return
         _, D, n_out = phase_shape(self.X, self.labels.n_classes, self.position_bias)
         self.backend.check_memory(self.n_rows, self.n_rows, n_partitions, train_size, D - 1, n_out, budget,
                                   with_proba)
@@ -199,10 +203,15 @@ class Problem:
     def scan(self, *, fingerprint=False, progress=None):
         """Scan the rows and check their scale (b of the module docstring); returns self."""
         row_shape = (int(np.prod(self.X.shape[:-1])), self.n_features)
-        with (ContentHash(row_shape, self.X.dtype, self.backend.n_threads) if fingerprint
+        sparse = is_sparse(self.X)  # sparse X has its own fingerprint (io.sparse.sparse_digest)
+        with (ContentHash(row_shape, self.X.dtype, self.backend.n_threads) if fingerprint and not sparse
               else nullcontext()) as content:
             self.center = self.backend.scan(self.rows, fingerprint=content, progress=progress).astype(np.float32)
         self.content_digest = None if content is None else content.hexdigest()
+        if sparse and fingerprint:
+            from aflite_fast.io.sparse import sparse_digest
+
+            self.content_digest = sparse_digest(self.X)
         self.backend.check_scale(self.rows, self.center, self.tol)
         # the scale is read (once) only when a model fails, to name the likely cause
         self.scale = DataScale(self.rows if self.backend.reads_rows else None, self.center)

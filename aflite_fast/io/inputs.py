@@ -52,7 +52,8 @@ def open_embeddings(X, column=None, items=False):
     ----------
     X : array-like, numpy.memmap, row source, str / os.PathLike, or list of paths
         A path is opened read-only and read a chunk at a time, so a file larger than memory
-        is never loaded whole.  It may name a ``.npy`` file, ``FILE.npz:KEY``, a directory or
+        is never loaded whole.  It may name a ``.npy`` file, ``FILE.npz:KEY``, a sparse matrix
+        saved by ``scipy.sparse.save_npz`` (``FILE.npz``: read as CSR), a directory or
         glob of ``.npy`` shards (or a list of their paths), ``FILE.safetensors[:KEY]``, a
         Hugging Face dataset saved with ``save_to_disk`` or an ``.arrow`` file, or a Parquet
         file or directory (docs/formats.md; :func:`aflite_fast.io.formats.open_rows`).  Rows of
@@ -66,7 +67,8 @@ def open_embeddings(X, column=None, items=False):
 
     Returns
     -------
-    ndarray, numpy.memmap or :class:`aflite_fast.io.rowsource.RowSource`
+    ndarray, numpy.memmap or :class:`aflite_fast.io.rowsource.RowSource`, or a SciPy CSR matrix for
+    sparse X (:func:`aflite_fast.io.sparse.check_sparse`: CSC, COO and other formats converted once)
 
     Raises
     ------
@@ -74,20 +76,26 @@ def open_embeddings(X, column=None, items=False):
         If the file cannot be read, X is not 2-D (or 3-D with ``items``), is empty, or has a
         dtype that is not a real number.
     TypeError
-        If X is sparse, or an object array holding values that are not numbers.
+        If X is an object array holding values that are not numbers.
     ImportError
         When reading the format needs an optional dependency that is missing (the message
         names the extra).
     """
+    if isinstance(X, (str, os.PathLike)) and column is None and os.fspath(X).lower().endswith(".npz"):
+        from aflite_fast.io.sparse import check_sparse, is_sparse_npz, open_npz
+
+        if is_sparse_npz(X):  # a scipy.sparse.save_npz file: read as CSR, never densified
+            return check_sparse(open_npz(X), name=f"X ({os.fspath(X)})")
     if isinstance(X, (str, os.PathLike)) or _is_path_list(X):
         X = open_rows(X, column, "embeddings")
     elif column is not None:
         raise ValueError(f"column={column!r} chooses a column of a table file, but X is not a path")
     elif isinstance(X, RowSource):
         pass
-    elif _is_sparse(X):
-        raise TypeError(f"X is a sparse {type(X).__name__}; sparse input is not supported, "
-                        "pass a dense array (X.toarray())")
+    elif _is_sparse(X):  # CSR checked, other formats converted once (docs/sparse.md)
+        from aflite_fast.io.sparse import check_sparse
+
+        return check_sparse(X)
     elif not isinstance(X, np.ndarray):
         try:
             X = np.asarray(X)

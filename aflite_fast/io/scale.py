@@ -19,6 +19,11 @@ class DataScale:
         """(value, column), or None without X."""
         if self.X is None:
             return None
+        if self._value is None and hasattr(self.X, "tocsr"):  # scipy sparse: column extremes
+            from aflite_fast.io.sparse import column_stats
+
+            _, value, col = column_stats(self.X)
+            self._value = (value, col)
         if self._value is None:
             from aflite_fast.io.inputs import SCAN_CHUNK_BYTES
 

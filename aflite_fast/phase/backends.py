@@ -45,7 +45,13 @@ class LocalBackend:
         multiple choice with ``items``), and the (rows, d) view scans read (the candidate rows of
         multiple-choice X)."""
         from aflite_fast.io.inputs import open_embeddings
+        from aflite_fast.io.sparse import check_sparse, is_sparse
 
+        if is_sparse(X):  # CSR checked (other formats converted once); docs/sparse.md
+            if column is not None:
+                raise ValueError(f"column={column!r} chooses a column of a table file, but X is a sparse matrix")
+            X = check_sparse(X)
+            return X, X
         X = open_embeddings(X, column, items=items)
         rows = X.reshape(X.shape[0] * X.shape[1], X.shape[2]) if X.ndim == 3 else X
         return X, rows
@@ -53,6 +59,10 @@ class LocalBackend:
     def scan(self, rows, fingerprint=None, progress=None):
         """Column means (float64) of ``rows``; NaN, inf and values beyond float32 refused."""
         from aflite_fast.io.inputs import scan_rows
+        from aflite_fast.io.sparse import is_sparse, sparse_scan
+
+        if is_sparse(rows):  # values checked when opened
+            return sparse_scan(rows, fingerprint=fingerprint, progress=progress)
 
         return scan_rows(rows, progress=progress, fingerprint=fingerprint)
 
@@ -60,7 +70,7 @@ class LocalBackend:
         """Refuse rows with no variance or a scale at or below ``tol`` (:mod:`aflite_fast.core.degenerate`)."""
         from aflite_fast.core.degenerate import check_scale
 
-        check_scale(rows, center, tol)
+        check_scale(rows, center, tol)  # sparse rows too (column extremes, nothing densified)
 
     def check_memory(self, n_rows, n_active, n_models, train_size, n_features, n_outputs, budget,
                      with_proba=False):
@@ -73,8 +83,14 @@ class LocalBackend:
     def score_phase(self, X, codes, active, center, train_pos, **solver):
         """Train every partition of a phase and predict its held-out rows
         (:func:`aflite_fast.phase.local.score_phase`; ``solver``: its keyword arguments)."""
+        from aflite_fast.io.sparse import is_sparse
         from aflite_fast.phase import local
         from aflite_fast.phase.gather import Workspace
+
+        if is_sparse(X):  # CSR rows: the sparse kernel (aflite_fast.phase.sparse_local)
+            from aflite_fast.phase.sparse_local import score_phase_sparse
+
+            return score_phase_sparse(X, codes, active, center, train_pos, n_threads=self.n_threads, **solver)
 
         if self._workspace is None:
             self._workspace = Workspace()
@@ -138,6 +154,10 @@ class DaskBackend:
     def open(self, X, column=None, items=True):
         """X put on (or found on) the cluster as a :class:`~aflite_fast.phase.dask_backend.DaskEmbeddings`;
         the scans read its rows where they are."""
+        from aflite_fast.io.sparse import is_sparse
+
+        if is_sparse(X):
+            raise ValueError("backend='dask' does not take sparse X; use backend='local' (docs/sparse.md)")
         if column is not None:
             raise ValueError("column= reads a table file, which backend='dask' does not take; convert the "
                              "collection to .npy shards (docs/formats.md)")

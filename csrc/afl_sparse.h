@@ -1,0 +1,37 @@
+/* Sparse (CSR) rows for aflite_fast: the member pass and prediction of many linear models.
+ *
+ * A. Rows are CSR: indptr (int64, n + 1), indices (int32, sorted, unique, < d) and values
+ *    (float32) of the features; the model's weights hold d + 1 rows, the last the intercept
+ *    (the ones column of the dense kernel, never stored in the CSR arrays).
+ * B. Member pass (afl_sparse_eval): each model visits its own training rows only, in the
+ *    order given (sorted positions), and sums its loss and gradient in double, row by row.
+ *    One thread computes a model's sums from start to end (threads split the models), so no
+ *    bit depends on the thread count or on the other models of the call.  Weights are read
+ *    feature-major (a feature's C weights side by side) from a per-thread transposed copy, so
+ *    a non-zero costs one cache line, not C of them.  With a column map (colmap, B x d) each
+ *    model's weights hold only the columns its own rows use (row colmap[model][j] for column j,
+ *    the intercept last): the solver's vectors shrink from d + 1 to those columns + 1 rows.
+ * C. Prediction (afl_sparse_predict): every row scored by every model at once from the
+ *    feature-major stack W (d + 1, B, C): a non-zero adds x * W[j] (B * C contiguous floats)
+ *    to the row's logits.  Rows are independent (threads split the rows) and each row's counts
+ *    are added in model order, so calling it on models in groups gives the same bits.
+ */
+#ifndef AFL_SPARSE_H
+#define AFL_SPARSE_H
+#include <stdint.h>
+#include "afl_losses.h"
+
+int afl_sparse_eval(const int64_t *indptr, const int32_t *indices, const float *data, const int32_t *y,
+                    int64_t D, int64_t Dp, int C, int64_t nA, const int64_t *rptr, const int64_t *rows,
+                    const int64_t *model, const int32_t *colmap, int64_t d, const float *W, const double *scale, int loss_code, const double *params,
+                    afl_user_weight_fn user, double *out, int n_threads);
+
+int afl_sparse_predict(int64_t n, const int64_t *indptr, const int32_t *indices, const float *data,
+                       const int32_t *y, int64_t D, int64_t B, int C, const float *W,
+                       const uint8_t *heldout, int64_t ldh, int32_t *seen, int32_t *correct,
+                       double *prob_label, double *proba_sum, int n_threads);
+
+void afl_sparse_mark_columns(const int64_t *indptr, const int32_t *indices, int64_t n_rows, const int64_t *rows,
+                             uint8_t *mark);
+
+#endif
