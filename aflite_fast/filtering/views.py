@@ -57,24 +57,21 @@ class ViewScores:
     """One phase's combined per-row results (what selection reads, as
     :class:`~aflite_fast.phase.scores.PhaseScores`), and each view's own in ``views``.
 
-    ``coef`` is the list of the views' model weights (one array per view); ``n_iter`` and
-    ``status`` hold the models of every view, view after view.
+    ``scores`` is the combined score (NaN where a row was never held out), ``correct`` and
+    ``prob_label`` the views' combined by the same rule; ``coef`` the list of the views' model
+    weights (one array per view); ``n_iter`` and ``status`` hold the models of every view, view
+    after view.
     """
 
     seen: np.ndarray
     correct: np.ndarray
     prob_label: np.ndarray
+    scores: np.ndarray
     coef: list
     n_iter: np.ndarray
     status: np.ndarray
     n_blocks: int
     views: dict = field(default_factory=dict)
-
-    @property
-    def scores(self):
-        """correct / seen, NaN where a row was never held out."""
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(self.seen > 0, self.correct / np.maximum(self.seen, 1), np.nan)
 
 
 def combine_scores(results, combine):
@@ -86,14 +83,14 @@ def combine_scores(results, combine):
         if not np.array_equal(results[name].seen, first.seen):
             raise RuntimeError(f"views {names[0]!r} and {name!r} were not scored on the same partitions")
     if len(names) == 1:  # d: the view's own arrays, bit for bit
-        correct, prob_label = first.correct, first.prob_label
-    elif combine == "max":
-        correct = np.max([results[n].correct for n in names], axis=0)
-        prob_label = np.max([results[n].prob_label for n in names], axis=0)
+        correct, prob_label, scores = first.correct, first.prob_label, first.scores
     else:
-        correct = np.mean([results[n].correct for n in names], axis=0)
-        prob_label = np.mean([results[n].prob_label for n in names], axis=0)
-    return ViewScores(seen=first.seen, correct=correct, prob_label=prob_label,
+        rule = np.max if combine == "max" else np.mean
+        # the scores themselves are combined (max of correct / seen, or their mean), not recomputed
+        # from combined counts, so that the combined score is exactly the rule applied to the views'
+        correct, prob_label, scores = (rule([getattr(results[n], what) for n in names], axis=0)
+                                       for what in ("correct", "prob_label", "scores"))
+    return ViewScores(seen=first.seen, correct=correct, prob_label=prob_label, scores=scores,
                       coef=[results[n].coef for n in names],
                       n_iter=np.concatenate([np.asarray(results[n].n_iter).ravel() for n in names]),
                       status=np.concatenate([np.asarray(results[n].status).ravel() for n in names]),
