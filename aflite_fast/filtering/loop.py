@@ -82,8 +82,8 @@ class PhaseRecord:
     ``n_put_back``, the rows of the phase before put back because the probe fell below chance by
     more than the margin.  With ``sources``: ``source_removed``, rows of each source removed.
     With ``views``: ``views``, each view's own record of the phase ({name: {n_above_tau, n_scored,
-    mean_iterations, solver_status, score_hist}, plus null_above_tau with the null and chance in
-    phase 0}: :mod:`aflite_fast.filtering.views`).  These four are left out of :meth:`as_dict`
+    mean_iterations, solver_status, score_hist}, plus null_above_tau, null_mean, null_std and
+    null_margin with the null, and chance in phase 0}: :mod:`aflite_fast.filtering.views`).  These four are left out of :meth:`as_dict`
     when not recorded.
 
     ``workers_lost`` and ``rounds_repeated`` (``backend="dask"``; 0 for the local engine): the
@@ -731,7 +731,9 @@ class _Loop:
                                              active_groups, self.remove, settings.tau, removable,
                                              per_view=view_null)
             for name in views:
-                views[name]["null_above_tau"] = list(view_null[name])
+                view_summary = summarize(view_null[name])
+                views[name].update(null_above_tau=view_summary.counts, null_mean=view_summary.mean,
+                                   null_std=view_summary.std, null_margin=view_summary.margin)
             summary = summarize(counts)
             observed["bytes_moved"] += null_bytes
             null_record = dict(null_above_tau=summary.counts, null_mean=summary.mean, null_std=summary.std,

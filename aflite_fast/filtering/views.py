@@ -26,8 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-#: ``combine=``: a row's combined score is the largest of its views' or their mean.
-COMBINE_RULES = ("max", "mean")
+from aflite_fast.filtering.modes import COMBINE_RULES
 
 
 def check_views(X, views, combine):
