@@ -448,6 +448,7 @@ def _text_views(args):
     """X (None), the labels and the views of --text-column: the table's text columns read and
     checked (:func:`aflite_fast.io.texts.read_text_table`), featurized by --featurizer."""
     from aflite_fast.filtering.text import parse_featurizer, text_views
+    from aflite_fast.io.inputs import open_embeddings
     from aflite_fast.io.labelfile import read_labels_file
     from aflite_fast.io.texts import read_text_table
 
@@ -456,14 +457,15 @@ def _text_views(args):
         parse_featurizer(featurizer)
     except ValueError as exc:
         raise ValueError(f"--featurizer: {exc}") from None
-    others = [(args.labels_column, "labels")] if args.labels is None else []
-    try:
-        texts, read = read_text_table(args.embeddings, list(args.text_columns), others)
-    except ValueError as exc:
-        raise ValueError(f"--text-column: {exc}") from None
-    y = read[0] if args.labels is None else read_labels_file(args.labels, column=args.labels_column,
-                                                              header=args.labels_header)
+    others = [(args.labels_column, "labels", "--labels-column")] if args.labels is None else []
+    texts, read = read_text_table(args.embeddings, list(args.text_columns), others, text_flag="--text-column")
+    if args.labels is None:  # the labels are the table's --labels-column (report.json: labels)
+        y, args.labels = read[0], args.embeddings
+    else:
+        y = read_labels_file(args.labels, column=args.labels_column, header=args.labels_header)
     views = text_views(texts, featurizer, cache_dir=args.out, device=args.device, progress=not args.quiet)
+    # cached embedding shards (a list of paths) opened as EMB's shards are; sparse matrices as they are
+    views = {name: open_embeddings(v) if isinstance(v, list) else v for name, v in views.items()}
     sources = {name: {"path": os.path.abspath(args.embeddings), "text_column": name, "featurizer": featurizer}
                for name in texts}
     return None, y, views, sources

@@ -69,8 +69,8 @@ def check_utf8(path):
             offset += len(chunk)
 
 
-def _read_table(path, fmt, columns, text_columns):
-    """The columns ``columns`` of a CSV/TSV/JSON Lines file as a pyarrow Table (a)."""
+def _read_table(path, fmt, text_columns):
+    """A CSV/TSV/JSON Lines file as a pyarrow Table, ``text_columns`` read as text (a)."""
     from aflite_fast.io.optional import require
 
     pa = require("pyarrow")
@@ -89,11 +89,15 @@ def _read_table(path, fmt, columns, text_columns):
                                 convert_options=convert)
     except pa.ArrowException as exc:
         raise ValueError(f"cannot read {os.fspath(path)!r}: {exc}") from None
-    missing = [c for c in columns if c not in table.column_names]
-    if missing:
-        raise ValueError(f"no column {missing[0]!r} in {os.fspath(path)!r}; its columns are "
-                         f"{', '.join(table.column_names)}")
     return table
+
+
+def _column(table, column, path):
+    """Column ``column`` of the pyarrow Table read from ``path``; ValueError naming the columns there are."""
+    if column not in table.column_names:
+        raise ValueError(f"no column {column!r} in {os.fspath(path)!r}; its columns are "
+                         f"{', '.join(table.column_names)}")
+    return table.column(column)
 
 
 def check_texts(chunked, column, where):
@@ -159,7 +163,7 @@ def _table_column(spec, column):
     return pa.chunked_array(pieces)
 
 
-def read_text_table(spec, text_columns, other_columns=()):
+def read_text_table(spec, text_columns, other_columns=(), text_flag=None):
     """Read ``text_columns`` (checked texts) and ``other_columns`` (labels, group ids: as
     :func:`aflite_fast.io.formats.read_column` reads them) of the table ``spec``.
 
@@ -169,8 +173,11 @@ def read_text_table(spec, text_columns, other_columns=()):
         A CSV/TSV/JSON Lines file, a Parquet file or directory, a Hugging Face dataset saved with
         ``save_to_disk`` or an ``.arrow`` file, or a ``datasets.Dataset`` (module docstring, a).
     text_columns : sequence of str
-    other_columns : sequence of (column, what)
-        ``what`` names the values in messages ("labels", "group ids").
+    other_columns : sequence of (column, what) or (column, what, flag)
+        ``what`` names the values in messages ("labels", "group ids"); ``flag``, when given,
+        starts the messages about that column (the command line's flag).
+    text_flag : str, optional
+        Starts the messages about the file and the text columns.
 
     Returns
     -------
@@ -188,7 +195,7 @@ def read_text_table(spec, text_columns, other_columns=()):
     if not text_columns:
         raise ValueError("no text column given")
     if len(set(text_columns)) != len(text_columns):
-        raise ValueError(f"text columns repeat: {', '.join(text_columns)}")
+        raise ValueError(f"{text_flag + ': ' if text_flag else ''}text columns repeat: {', '.join(text_columns)}")
     if hasattr(spec, "data") and hasattr(spec, "select"):  # a datasets.Dataset
         where = "the dataset"
         table = spec.data.table
@@ -204,15 +211,26 @@ def read_text_table(spec, text_columns, other_columns=()):
         read = lambda column, what: dataset_column(spec, column, what)  # noqa: E731
     else:
         where = repr(os.fspath(spec))
-        fmt = text_format(spec)
+        fmt = _flagged(text_flag, lambda: text_format(spec))
         if fmt == "table":
             from aflite_fast.io.formats import read_column
 
             raw = lambda column: _table_column(spec, column)  # noqa: E731
             read = lambda column, what: read_column(spec, column, what)  # noqa: E731
         else:
-            table = _read_table(spec, fmt, list(text_columns) + [c for c, _ in other_columns], text_columns)
-            raw = table.column
-            read = lambda column, what: column_to_numpy(table.column(column), column, where, what)  # noqa: E731
-    texts = {column: check_texts(raw(column), column, where) for column in text_columns}
-    return texts, [read(column, what) for column, what in other_columns]
+            table = _flagged(text_flag, lambda: _read_table(spec, fmt, text_columns))
+            raw = lambda column: _column(table, column, spec)  # noqa: E731
+            read = lambda column, what: column_to_numpy(_column(table, column, spec), column, where, what)  # noqa: E731
+    texts = {column: _flagged(text_flag, lambda: check_texts(raw(column), column, where)) for column in text_columns}
+    return texts, [_flagged(other[2] if len(other) > 2 else None, lambda: read(other[0], other[1]))
+                   for other in other_columns]
+
+
+def _flagged(flag, read):
+    """``read()``, its ValueError starting with ``flag`` when given."""
+    try:
+        return read()
+    except ValueError as exc:
+        if flag is None:
+            raise
+        raise ValueError(f"{flag}: {exc}") from None
