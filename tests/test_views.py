@@ -146,3 +146,75 @@ def test_bad_views_are_one_clear_error(kwargs, message, tmp_path):
         kwargs["checkpoint"] = str(tmp_path / kwargs["checkpoint"])
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         aflite(X, y, **dict(PLANTED_KW, **kwargs))
+
+
+# --- the command line: --view NAME=PATH[:COLUMN] -----------------------------------------------
+
+CLI_RUN = ["--target-size", str(N - 2 * N_CUE), "--train-size", "0.5", "--slice-size", str(2 * N_CUE), "--tau",
+           "0.9", "--seed", "1", "--n-jobs", "1", "--no-chance-check", "--quiet"]
+
+
+@pytest.fixture
+def view_files(tmp_path):
+    y, A, B, SA, SB = _planted()
+    np.save(tmp_path / "A.npy", A)
+    np.save(tmp_path / "B.npy", B)
+    np.save(tmp_path / "y.npy", y)
+    return tmp_path, y, A, B
+
+
+def test_cli_views_match_the_api_and_report_each_view(view_files):
+    import json
+
+    from aflite_fast.cli import main
+
+    tmp, y, A, B = view_files
+    out = tmp / "out"
+    pytest.importorskip("matplotlib")
+    assert main(["filter", str(tmp / "y.npy"), "--view", f"a={tmp / 'A.npy'}", "--view", f"b={tmp / 'B.npy'}",
+                 "--out", str(out), "--plot", *CLI_RUN]) == 0
+    assert (out / "report-a.png").stat().st_size > 0 and (out / "report-b.png").stat().st_size > 0
+    api = aflite(None, y, views={"a": A, "b": B}, **PLANTED_KW)
+    np.testing.assert_array_equal(np.load(out / "keep.npy"), api.keep)
+    np.testing.assert_array_equal(np.load(out / "scores.npy"), api.scores)
+    report = json.loads((out / "report.json").read_text())
+    assert report["combine"] == "max" and report["embeddings"] is None and list(report["views"]) == ["a", "b"]
+    for name in ("a", "b"):
+        view = json.loads((out / f"report-{name}.json").read_text())
+        assert view["view"] == name and report["views"][name]["report"] == f"report-{name}.json"
+        assert [h["n_above_tau"] for h in view["history"]] == [h["n_above_tau"] for h in api.view_history(name)]
+        assert [h["n_active"] for h in view["history"]] == [h.n_active for h in api.history]
+
+
+def test_cli_view_of_a_table_column_and_emb_as_view_x(view_files):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    from aflite_fast.cli import main
+
+    tmp, y, A, B = view_files
+    pq.write_table(pa.table({"emb": pa.FixedSizeListArray.from_arrays(pa.array(B.ravel()), D), "label": y}),
+                   tmp / "b.parquet")
+    out = tmp / "out"
+    assert main(["filter", str(tmp / "A.npy"), str(tmp / "y.npy"), "--view", f"b={tmp / 'b.parquet'}:emb",
+                 "--combine", "mean", "--out", str(out), *CLI_RUN]) == 0
+    api = aflite(A, y, views={"b": B}, combine="mean", **PLANTED_KW)
+    np.testing.assert_array_equal(np.load(out / "keep.npy"), api.keep)
+    assert sorted(p.name for p in out.glob("report-*.json")) == ["report-X.json", "report-b.json"]
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--view", "nameonly"], "--view: expected NAME=PATH[:COLUMN], got 'nameonly'"),
+    (["--view", "a=A.npy", "--view", "a=B.npy"], "--view: the view name 'a' is given twice"),
+    (["--view", "a=missing.npy"], "--view a: "),
+    (["--view", "a=A.npy", "--checkpoint", "ck.npz"], "--checkpoint cannot be combined with views"),
+    (["--view", "a=A.npy", "--evaluate"], "--evaluate takes one X"),
+])
+def test_cli_view_errors_are_one_line(view_files, capsys, monkeypatch, extra, message):
+    from aflite_fast.cli import main
+
+    tmp, *_ = view_files
+    monkeypatch.chdir(tmp)
+    assert main(["filter", "y.npy", "--out", "out", *extra, *CLI_RUN]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
