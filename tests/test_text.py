@@ -262,7 +262,11 @@ def test_cli_text_with_an_embedding_model_matches_the_api(tables, tiny_model, tm
 
 @needs_sparse
 @pytest.mark.parametrize("fmt", ["parquet", "csv"])
-def test_cli_text_ngrams_matches_the_api(tables, tmp_path, fmt):
+def test_cli_text_ngrams_matches_the_api(tables, tmp_path, monkeypatch, fmt):
+    import aflite_fast.filtering.text as text
+
+    # fewer hashed columns keep the test to seconds (the default width: test_ngrams_are_hashed_counts...)
+    monkeypatch.setattr(text, "NGRAM_FEATURES", 1 << 10)
     paths, (premise, hypothesis, y) = tables
     out = tmp_path / f"out-{fmt}"
     assert main(["filter", str(paths[fmt]), "--text-column", "premise", "--text-column", "hypothesis",
