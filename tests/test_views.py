@@ -218,3 +218,25 @@ def test_cli_view_errors_are_one_line(view_files, capsys, monkeypatch, extra, me
     assert main(["filter", "y.npy", "--out", "out", *extra, *CLI_RUN]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
+
+
+def test_views_given_as_paths_and_table_columns(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    y, A, B, _, _ = _planted()
+    np.save(tmp_path / "A.npy", A)
+    pq.write_table(pa.table({"emb": pa.FixedSizeListArray.from_arrays(pa.array(B.ravel()), D)}), tmp_path / "b.parquet")
+    kw = dict(PLANTED_KW, target_size=N - 10, slice_size=10)
+    res = aflite(None, y, views={"a": str(tmp_path / "A.npy"), "b": (str(tmp_path / "b.parquet"), "emb")}, **kw)
+    ref = aflite(None, y, views={"a": A, "b": B}, **kw)
+    np.testing.assert_array_equal(res.scores, ref.scores)
+    assert res.fingerprint == ref.fingerprint
+
+
+def test_seed_ensembles_with_views():
+    y, A, B, _, _ = _planted()
+    res = aflite(None, y, views={"a": A, "b": B}, n_seeds=2, **PLANTED_KW)
+    second = aflite(None, y, views={"a": A, "b": B}, **dict(PLANTED_KW, random_state=2))
+    np.testing.assert_array_equal(res.ensemble.runs[1].keep, second.keep)
+    np.testing.assert_array_equal(res.ensemble.runs[1].view_scores["b"], second.view_scores["b"])
