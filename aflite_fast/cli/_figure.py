@@ -175,7 +175,9 @@ def draw_report(report, path):
     try:
         for panel, ax in zip(panels, axes[0]):
             panel(ax, report)
-        fig.suptitle(f"AFLite: kept {report['n_kept']} of {report['n_rows']} rows in "
+        # a view's own report (filter with views): its scores, the run's rows
+        view = f"view {report['view']!r} of a run with views ({report.get('combine')}): " if report.get("view") else ""
+        fig.suptitle(f"AFLite: {view}kept {report['n_kept']} of {report['n_rows']} rows in "
                      f"{len(_phases(report))} phase(s); {report.get('stop_reason', '')}", fontsize="medium")
         fig.tight_layout()
         fig.savefig(path, format="png", dpi=110)

@@ -17,7 +17,7 @@ from aflite_fast.cli._inputs import (
     resolve_labels,
     train_size_arg,
 )
-from aflite_fast.filtering.modes import CLASS_QUOTAS, NULL_MODES, REMOVE_MODES, STOP_RULES, TIE_BREAKS
+from aflite_fast.filtering.modes import CLASS_QUOTAS, COMBINE_RULES, NULL_MODES, REMOVE_MODES, STOP_RULES, TIE_BREAKS
 from aflite_fast.io.atomic import OutputSet
 
 #: Files the command writes into --out, switched in together (aflite_fast.io.atomic).
@@ -39,7 +39,8 @@ PARAMETER_FLAGS = {
     "eval_only_score": "--eval-only-score", "position_bias": "--position-bias", "tie_break": "--tie-break",
     "features": "--features", "margin": "--margin", "max_removed": "--max-removed",
     "class_quota": "--class-quota", "sources": "--sources", "source_quota": "--source-quota",
-    "n_seeds": "--n-seeds",
+    "n_seeds": "--n-seeds", "views": "--view", "combine": "--combine", "featurizer": "--featurizer",
+    "device": "--device",
 }
 
 _DESCRIPTION = """\
@@ -73,6 +74,20 @@ Ties: rows of equal score are taken in order of higher mean held-out probability
 Inputs on which no model can learn (X with no variance, or a scale at or below the solver's
 tolerance, a singular --transition) are refused: filtering them would only remove rows by
 their class prior.
+
+Views: --view NAME=PATH[:COLUMN] (repeatable) gives another representation of the same rows
+(a file as EMB, or COLUMN of a table); every view's models train on the same partitions, each
+row gets a score per view and a combined one (--combine max, the default: predictable by any
+view; or mean). EMB may then be left out (one positional argument is LABELS); when given it is
+the view "X". report.json holds each view's history (views), and DIR/report-NAME.json (with
+--plot DIR/report-NAME.png) each view's own report.
+
+Text: with --text-column COL (repeatable) EMB is a table of texts (.csv, .tsv, .jsonl, .parquet,
+a Hugging Face dataset saved with save_to_disk or an .arrow file) and each text column is a view,
+featurized by --featurizer: ngrams (default: hashed word 1-2-gram counts), tfidf, or
+sentence-transformers:MODEL (float16 vectors cached in DIR/embeddings/, so a rerun does not
+embed again; --device). LABELS may be left out: --labels-column NAME reads them from the table.
+Texts must be UTF-8, with no missing, empty or blank value (docs/text.md).
 
 Exit codes: 0 done; 2 bad input (one line on stderr, DIR unchanged); 75 the Dask cluster of
 --scheduler lost every worker, or no worker left could read EMB (one line, DIR unchanged;
@@ -170,6 +185,19 @@ def add_parser(subparsers):
                    help="run N seeds (--seed, --seed + 1, ...) on one scan of EMB: keep.npy is the first's; "
                         "also writes consensus_keep.npy (rows kept by at least half), removal_frequency.npy "
                         "and the kept sets' pairwise Jaccard index (report.json: seeds)")
+    p.add_argument("--view", action="append", dest="views", default=None, metavar="NAME=PATH[:COLUMN]",
+                   help="another view of the rows (repeatable): PATH as EMB, or COLUMN of a table PATH; "
+                        "every view trains on the same partitions and the scores are combined (--combine)")
+    p.add_argument("--combine", choices=COMBINE_RULES, default=None,
+                   help="with views: a row's score is the largest of its views' (max, the default) or their mean")
+    p.add_argument("--text-column", action="append", dest="text_columns", default=None, metavar="COL",
+                   help="EMB is a table of texts: COL is a column of texts, featurized into a view "
+                        "(repeatable; see --featurizer)")
+    p.add_argument("--featurizer", default=None, metavar="NAME",
+                   help="with --text-column: ngrams (default; hashed word 1-2-gram counts), tfidf, or "
+                        "sentence-transformers:MODEL (needs pip install '.[embed]'; vectors cached in DIR/embeddings/)")
+    p.add_argument("--device", default=None,
+                   help="with --featurizer sentence-transformers:MODEL: the model's device (cpu, cuda, ...)")
     p.add_argument("--position-bias", action="store_true",
                    help="multiple-choice EMB (N x K x d) only: each model also learns a bias per "
                         "candidate position")
@@ -222,10 +250,12 @@ def _count_or_fraction(text):
     return value
 
 
-def output_names(args):
-    """The files of the command's output set."""
+def output_names(args, view_names=()):
+    """The files of the command's output set (``view_names``: the views' report names)."""
+    per_view = tuple(f"report-{name}.{ext}" for name in view_names for ext in (("json", "png") if args.plot
+                                                                               else ("json",)))
     return (OUTPUT_NAMES + ((PLOT_NAME,) if args.plot else ()) + ((CARD_NAME,) if args.card else ())
-            + (ENSEMBLE_NAMES if args.n_seeds > 1 else ()))
+            + (ENSEMBLE_NAMES if args.n_seeds > 1 else ()) + per_view)
 
 
 def run(args):
@@ -235,9 +265,11 @@ def run(args):
     prog = "aflite-fast filter"
     start = time.perf_counter()
     inputs = _read_inputs(args, prog)
+    view_names = list(inputs.view_files) if inputs.views is not None else []
     with _backend(args, inputs.params["n_jobs"]) as backend:
         # Entered before the first phase: an unwritable or busy --out fails now, not at the end.
-        with OutputSet(args.out, output_names(args), label="--out", before_commit=inputs.watch.check) as out:
+        with OutputSet(args.out, output_names(args, view_names), label="--out",
+                       before_commit=inputs.watch.check) as out:
             result = _filter(args, inputs, backend)
             report = _write(out, args, inputs, result, time.perf_counter() - start)
     _summarize(args, prog, inputs, result, report)
@@ -256,6 +288,10 @@ class _Inputs:
     loss_params: object
     params: dict
     watch: object
+    views: object = None  # {name: opened rows} with --view / --text-column
+    view_files: dict = None  # {name: file name of its report} with views
+    view_sources: dict = None  # {name: what report.json says of where the view came from}
+    n_rows: int = 0
 
 
 def _read_inputs(args, prog):
@@ -265,18 +301,55 @@ def _read_inputs(args, prog):
     from aflite_fast.io.labelfile import read_labels_file
     from aflite_fast.io.watch import InputWatch
 
+    text = args.text_columns is not None
+    for flag, given in (("--featurizer", args.featurizer), ("--device", args.device)):
+        if given is not None and not text:
+            raise ValueError(f"{flag} applies to --text-column")
+    if args.combine is not None and not (args.views or text):
+        raise ValueError("--combine applies to views: give --view NAME=PATH or --text-column COL")
+    if args.views and not text and args.labels is None:  # one positional argument with --view: LABELS
+        args.embeddings, args.labels = None, args.embeddings
+    if text:
+        if args.column is not None:
+            raise ValueError("--column names the embedding column of EMB; with --text-column EMB is a table of "
+                             "texts (give embeddings as --view NAME=PATH[:COLUMN])")
+        if args.labels is None and args.labels_column is None:
+            raise ValueError("LABELS is missing: give a labels file, or --labels-column NAME to read the labels "
+                             "from a column of the table of texts")
+    elif args.embeddings is not None:
+        resolve_labels(args)
+    view_specs = _view_specs(args)
     # checked again before the outputs are committed (the run checks EMB at every phase too)
-    resolve_labels(args)
     watch = InputWatch([("EMB", args.embeddings), ("LABELS", args.labels), ("--groups", args.groups),
                         ("--sources", args.sources),
                         ("--transition", args.transition), ("--eval-rows", args.eval_rows),
-                        ("--features", args.features)])
-    X = open_embeddings(args.embeddings, args.column, items=True)
-    y = read_labels_file(args.labels, column=args.labels_column, header=args.labels_header)
-    if args.target_size >= X.shape[0]:
+                        ("--features", args.features)]
+                       + [(f"--view {name}", path) for name, (path, _) in view_specs.items()])
+    views, view_sources = None, {}
+    if text:
+        X, y, views, view_sources = _text_views(args)
+    else:
+        X = None if args.embeddings is None else open_embeddings(args.embeddings, args.column, items=True)
+        y = read_labels_file(args.labels, column=args.labels_column, header=args.labels_header)
+    if view_specs:
+        views = dict(views or {})
+        for name, (path, column) in view_specs.items():
+            try:
+                views[name] = open_embeddings(path, column, items=True)
+            except (ValueError, TypeError) as exc:
+                raise ValueError(f"--view {name}: {exc}") from None
+            view_sources[name] = {"path": os.path.abspath(path), "column": column}
+    if views is not None and X is not None:  # EMB is then the view "X" (aflite's rule)
+        if "X" in views:
+            raise ValueError("--view X: the name X is EMB's when EMB is given with views; rename the view")
+        view_sources = {"X": {"path": os.path.abspath(args.embeddings), "column": args.column}, **view_sources}
+    first = X if X is not None else next(iter(views.values()))
+    n_rows = first.shape[0]
+    shown = args.embeddings if X is not None else "the views"
+    if args.target_size >= n_rows:
         # nothing to filter: an error rather than a run that keeps every row
         raise ValueError(f"--target-size ({args.target_size}) must be smaller than the number of "
-                         f"rows of {args.embeddings} ({X.shape[0]}); nothing would be filtered")
+                         f"rows of {shown} ({n_rows}); nothing would be filtered")
     if args.groups is None:
         for flag, given in (("--remove group", args.remove == "group"), ("--groups-column", args.groups_column),
                             ("--groups-header", args.groups_header)):
@@ -298,13 +371,15 @@ def _read_inputs(args, prog):
         raise ValueError(f"--stop {args.stop} needs --null permutation")
     if args.features is not None and not args.evaluate:
         raise ValueError("--features needs --evaluate")
+    if args.evaluate and views is not None:
+        raise ValueError("--evaluate takes one X: with --view or --text-column, run 'aflite-fast evaluate' on a view")
     if args.plot:
         from aflite_fast.cli._figure import require_matplotlib
 
         require_matplotlib()  # fail before the run, not after it
-    if args.position_bias and X.ndim != 3:
+    if args.position_bias and first.ndim != 3:
         raise ValueError(f"--position-bias applies to a multiple-choice EMB (items x candidates x features); "
-                         f"{args.embeddings} is {X.ndim}-D")
+                         f"{shown} is {first.ndim}-D")
     import numpy as np
 
     params = dict(target_size=args.target_size, n_partitions=args.n_partitions,
@@ -319,11 +394,83 @@ def _read_inputs(args, prog):
                                  ("n_seeds", args.n_seeds, 1)):
         if value != default or (name == "margin" and args.stop == "chance"):
             params[name] = value
-    if X.ndim == 3:
+    if first.ndim == 3:
         params["position_bias"] = args.position_bias
+    view_files = None
+    if views is not None:
+        params["combine"] = args.combine or "max"
+        if text:
+            params.update(text_columns=list(args.text_columns), featurizer=args.featurizer or "ngrams")
+        view_files = _view_file_names(list(view_sources))
     return _Inputs(X=X, y=y, groups=groups, sources=sources, eval_rows=eval_rows,
-                   loss_params=loss_params(args, X.shape[1] if X.ndim == 3 else len(np.unique(y))),
-                   params=params, watch=watch)
+                   loss_params=loss_params(args, first.shape[1] if first.ndim == 3 else len(np.unique(y))),
+                   params=params, watch=watch, views=views, view_files=view_files, view_sources=view_sources,
+                   n_rows=int(n_rows))
+
+
+def _view_specs(args):
+    """{name: (path, column)} of the --view flags; ValueError naming the flag."""
+    from aflite_fast.io.formats import is_table
+
+    specs = {}
+    for text in args.views or ():
+        name, sep, spec = text.partition("=")
+        name = name.strip()
+        if not sep or not name or not spec:
+            raise ValueError(f"--view: expected NAME=PATH[:COLUMN], got {text!r}")
+        if name in specs or name in (args.text_columns or ()):
+            raise ValueError(f"--view: the view name {name!r} is given twice")
+        path, column = spec, None
+        head, colon, tail = spec.rpartition(":")
+        # PATH:COLUMN for a table; other colons are the path's own (FILE.npz:KEY, FILE.safetensors:KEY)
+        if colon and head and tail and not os.path.exists(spec) and is_table(head):
+            path, column = head, tail
+        specs[name] = (path, column)
+    return specs
+
+
+def _view_file_names(names):
+    """{view name: the name of its report files}: the name with characters a file name should not
+    hold replaced, made unique."""
+    import re
+
+    out, used = {}, set()
+    for name in names:
+        base = re.sub(r"[^A-Za-z0-9_-]+", "_", name).strip("_") or "view"
+        file_name, i = base, 1
+        while file_name in used:
+            i += 1
+            file_name = f"{base}_{i}"
+        used.add(file_name)
+        out[name] = file_name
+    return out
+
+
+def _text_views(args):
+    """X (None), the labels and the views of --text-column: the table's text columns read and
+    checked (:func:`aflite_fast.io.texts.read_text_table`), featurized by --featurizer."""
+    from aflite_fast.filtering.text import parse_featurizer, text_views
+    from aflite_fast.io.inputs import open_embeddings
+    from aflite_fast.io.labelfile import read_labels_file
+    from aflite_fast.io.texts import read_text_table
+
+    featurizer = args.featurizer or "ngrams"
+    try:
+        parse_featurizer(featurizer)
+    except ValueError as exc:
+        raise ValueError(f"--featurizer: {exc}") from None
+    others = [(args.labels_column, "labels", "--labels-column")] if args.labels is None else []
+    texts, read = read_text_table(args.embeddings, list(args.text_columns), others, text_flag="--text-column")
+    if args.labels is None:  # the labels are the table's --labels-column (report.json: labels)
+        y, args.labels = read[0], args.embeddings
+    else:
+        y = read_labels_file(args.labels, column=args.labels_column, header=args.labels_header)
+    views = text_views(texts, featurizer, cache_dir=args.out, device=args.device, progress=not args.quiet)
+    # cached embedding shards (a list of paths) opened as EMB's shards are; sparse matrices as they are
+    views = {name: open_embeddings(v) if isinstance(v, list) else v for name, v in views.items()}
+    sources = {name: {"path": os.path.abspath(args.embeddings), "text_column": name, "featurizer": featurizer}
+               for name in texts}
+    return None, y, views, sources
 
 
 def _read_sources(args):
@@ -357,10 +504,27 @@ def _filter(args, inputs, backend):
         # counted in the history; the summary says it once, in the command line's words
         warnings.filterwarnings("ignore", message=NOT_CONVERGED_MESSAGE)
         warnings.simplefilter("ignore", ChanceWarning)  # said by the summary, in one line
-        return aflite(inputs.X, inputs.y, progress=not args.quiet, loss_params=inputs.loss_params,
-                      groups=inputs.groups, sources=inputs.sources, checkpoint=args.checkpoint,
-                      eval_rows=inputs.eval_rows,
-                      eval_only_score=args.eval_only_score, backend=backend, **params)
+        if inputs.views is None:
+            return aflite(inputs.X, inputs.y, progress=not args.quiet, loss_params=inputs.loss_params,
+                          groups=inputs.groups, sources=inputs.sources, checkpoint=args.checkpoint,
+                          eval_rows=inputs.eval_rows,
+                          eval_only_score=args.eval_only_score, backend=backend, **params)
+        from aflite_fast.phase.backends import LocalBackend
+
+        params = {k: v for k, v in params.items() if k not in ("text_columns", "featurizer")}
+        if isinstance(backend, LocalBackend):  # each view its own local backend, which keeps its rows
+            params.update(backend="local", n_jobs=backend.n_threads)
+        else:
+            params["backend"] = backend
+        try:
+            return aflite(inputs.X, inputs.y, progress=not args.quiet, loss_params=inputs.loss_params,
+                          groups=inputs.groups, sources=inputs.sources, checkpoint=args.checkpoint,
+                          eval_rows=inputs.eval_rows, eval_only_score=args.eval_only_score,
+                          views=inputs.views, **params)
+        except TypeError as exc:  # a view the backend does not take (e.g. sparse rows): one line, exit 2
+            if not str(exc).startswith("view "):
+                raise
+            raise ValueError(str(exc)) from None
 
 
 def _write(out, args, inputs, result, seconds):
@@ -371,20 +535,23 @@ def _write(out, args, inputs, result, seconds):
     from aflite_fast.io.fingerprint import labels_digest
     from aflite_fast.phase.evaluation_rows import eval_mask
 
-    X, n_rows = inputs.X, inputs.X.shape[0]
+    X, n_rows = inputs.X, inputs.n_rows
+    first = X if X is not None else next(iter(inputs.views.values()))
     history = [h.as_dict() for h in result.history]
     out.save_npy("keep.npy", result.keep)
     out.save_npy("scores.npy", result.scores)
     report = {
         "aflite_fast_version": __version__,
         "command": "filter",
-        "embeddings": os.path.abspath(args.embeddings), "column": args.column,
+        "embeddings": None if args.embeddings is None or args.text_columns else os.path.abspath(args.embeddings),
+        "column": args.column,
         "labels": os.path.abspath(args.labels),
         "labels_column": args.labels_column, "labels_header": args.labels_header,
         "transition": None if args.transition is None else os.path.abspath(args.transition),
-        "n_rows": int(n_rows), "n_features": int(X.shape[-1]), "dtype": str(X.dtype),
+        "n_rows": int(n_rows), "n_features": None if X is None else int(X.shape[-1]),
+        "dtype": None if X is None else str(X.dtype),
         "x_sha256": result.fingerprint, "labels_sha256": labels_digest(inputs.y),
-        "n_candidates": int(X.shape[1]) if X.ndim == 3 else None,
+        "n_candidates": int(first.shape[1]) if first.ndim == 3 else None,
         "n_classes": int(len(result.classes)),
         "parameters": inputs.params,
         "n_kept": int(result.keep.size), "n_removed": int(result.removed.size),
@@ -409,6 +576,11 @@ def _write(out, args, inputs, result, seconds):
                       source_ids=[s.item() if hasattr(s, "item") else s for s in result.sources.tolist()],
                       source_counts={"kept": result.kept_per_source.tolist(),
                                      "removed": result.removed_per_source.tolist()})
+    if inputs.views is not None:
+        if args.text_columns:
+            report["texts"] = os.path.abspath(args.embeddings)
+        report["combine"] = result.combine
+        report["views"] = _view_reports(inputs, result, history)
     if result.ensemble is not None:
         report["seeds"] = result.ensemble.as_dict()
         out.save_npy("consensus_keep.npy", result.ensemble.consensus_keep)
@@ -419,6 +591,13 @@ def _write(out, args, inputs, result, seconds):
         report["evaluation"] = evaluation_of(X, inputs.y, result.keep, report, features=args.features,
                                              groups=inputs.groups, seed=args.seed, n_jobs=inputs.params["n_jobs"])
     out.save_json("report.json", report)
+    for name, file_name in (inputs.view_files or {}).items():  # each view's own report (and figure)
+        view_report = _view_report(report, name)
+        out.save_json(f"report-{file_name}.json", view_report)
+        if args.plot:
+            from aflite_fast.cli._figure import draw_report
+
+            out.write(f"report-{file_name}.png", lambda path, r=view_report: draw_report(r, path))
     if args.card:
         from aflite_fast.filtering.card import dataset_card
 
@@ -428,6 +607,43 @@ def _write(out, args, inputs, result, seconds):
 
         out.write(PLOT_NAME, lambda path: draw_report(report, path))
     return report
+
+
+def _view_reports(inputs, result, history):
+    """report.json's ``views``: where each view came from, its shape, its chance check and its
+    per-phase records (the phase's own fields: n_above_tau, score_hist, the null's counts, ...)."""
+    from aflite_fast.core.solver_status import total_status
+
+    out = {}
+    for name in result.views:
+        rows = inputs.views[name] if name in inputs.views else inputs.X
+        records = [h["views"][name] for h in history]
+        sparse = hasattr(rows, "tocsr")
+        out[name] = dict(inputs.view_sources.get(name, {}),
+                         report=f"report-{inputs.view_files[name]}.json",
+                         n_features=None if isinstance(rows, list) else int(rows.shape[-1]),
+                         dtype=None if isinstance(rows, list) else str(rows.dtype), sparse=sparse,
+                         solver_status=total_status(r["solver_status"] for r in records),
+                         chance_check=None if result.view_chance is None else result.view_chance[name].as_dict(),
+                         history=records)
+    return out
+
+
+def _view_report(report, name):
+    """The report of view ``name`` alone: report.json with the view's per-phase records in place
+    of the combined ones (rows active and removed stay the run's), so that 'aflite-fast report'
+    draws it as any other."""
+    view = report["views"][name]
+    out = {k: v for k, v in report.items() if k != "views"}
+    out.update(view=name, source={k: v for k, v in view.items() if k not in ("history", "chance_check")},
+               chance_check=view["chance_check"], solver_status=view["solver_status"],
+               history=[dict(h, **{k: v for k, v in record.items() if k != "chance"})
+                        for h, record in zip(report["history"], view["history"])])
+    for h in out["history"]:
+        h.pop("views", None)
+        if h.get("null_mean") is not None:  # the view's own null, against the view's own count
+            h.update(null_share=h["null_mean"] / h["n_active"], null_excess=h["n_above_tau"] - h["null_mean"])
+    return out
 
 
 def _summarize(args, prog, inputs, result, report):
@@ -447,7 +663,7 @@ def _summarize(args, prog, inputs, result, report):
         print(f"{prog}: note: {failed} of {sum(solver_status.values())} models did not converge "
               f"({detail}; per phase in report.json); raise --max-iter or standardize the "
               "embeddings", file=sys.stderr)
-    print(f"{prog}: kept {result.keep.size} of {inputs.X.shape[0]} rows in "
+    print(f"{prog}: kept {result.keep.size} of {inputs.n_rows} rows in "
           f"{len(result.history)} phase(s), {report['seconds']:.1f} s ({result.stop_reason}); "
           f"{f'resumed from phase {result.resumed_from}; ' if result.resumed_from else ''}"
           f"wrote {os.path.join(args.out, 'keep.npy')}, scores.npy, report.json"

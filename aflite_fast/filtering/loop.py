@@ -39,6 +39,7 @@ from aflite_fast.filtering.modes import REMOVE_MODES, TIE_BREAKS
 from aflite_fast.filtering.null import check_null_args, null_counts, summarize
 from aflite_fast.filtering.problem import Problem, validate_settings
 from aflite_fast.filtering.selection import phase_selection, tie_key
+from aflite_fast.filtering.views import ViewSet, view_record
 from aflite_fast.io.watch import describe
 from aflite_fast.phase.backends import ClusterLost, make_backend
 from aflite_fast.phase.evaluation_rows import eligible_positions
@@ -80,7 +81,10 @@ class PhaseRecord:
     active rows, chance and the margin (:func:`aflite_fast.filtering.curation.probe`), and
     ``n_put_back``, the rows of the phase before put back because the probe fell below chance by
     more than the margin.  With ``sources``: ``source_removed``, rows of each source removed.
-    These three are left out of :meth:`as_dict` when not recorded.
+    With ``views``: ``views``, each view's own record of the phase ({name: {n_above_tau, n_scored,
+    mean_iterations, solver_status, score_hist}, plus null_above_tau, null_mean, null_std and
+    null_margin with the null, and chance in phase 0}: :mod:`aflite_fast.filtering.views`).  These four are left out of :meth:`as_dict`
+    when not recorded.
 
     ``workers_lost`` and ``rounds_repeated`` (``backend="dask"``; 0 for the local engine): the
     cluster's workers lost during the phase (null passes included), whose rows went to the other
@@ -115,6 +119,7 @@ class PhaseRecord:
     source_removed: List[int] = field(default_factory=list)
     workers_lost: int = 0
     rounds_repeated: int = 0
+    views: dict = field(default_factory=dict)
 
     def as_dict(self):
         out = dict(self.__dict__)
@@ -124,8 +129,8 @@ class PhaseRecord:
         return out
 
 
-#: Fields of PhaseRecord that only some runs record (``stop="chance"``, ``sources``).
-_OPTIONAL_FIELDS = ("probe", "n_put_back", "source_removed")
+#: Fields of PhaseRecord that only some runs record (``stop="chance"``, ``sources``, ``views``).
+_OPTIONAL_FIELDS = ("probe", "n_put_back", "source_removed", "views")
 
 
 @dataclass
@@ -166,6 +171,15 @@ class AFLiteResult:
         With ``n_seeds`` > 1: the runs of every seed (this result is the first's), their kept
         sets' pairwise Jaccard index, each row's removal frequency and the consensus keep
         (:class:`aflite_fast.filtering.curation.SeedEnsemble`).
+    views : list of str or None
+        With ``views``: the views' names, in order (``scores`` is then the combined score).
+    view_scores : dict or None
+        With ``views``: {name: each row's score from that view alone in the last phase it took
+        part in (NaN where never scored)}.
+    view_chance : dict or None
+        With ``views`` and the chance check: {name: that view's :class:`ChanceCheck` of phase 0}.
+    combine : str or None
+        With ``views``: how the views' scores were combined (``"max"`` or ``"mean"``).
     """
 
     keep: np.ndarray
@@ -184,6 +198,16 @@ class AFLiteResult:
     kept_per_source: Optional[np.ndarray] = None
     removed_per_source: Optional[np.ndarray] = None
     ensemble: Optional[SeedEnsemble] = None
+    views: Optional[List[str]] = None
+    view_scores: Optional[dict] = None
+    view_chance: Optional[dict] = None
+    combine: Optional[str] = None
+
+    def view_history(self, name):
+        """The per-phase records of view ``name`` (``history[p].views[name]`` of every phase)."""
+        if not self.views or name not in self.views:
+            raise ValueError(f"no view named {name!r}; the run's views are {self.views}")
+        return [h.views[name] for h in self.history]
 
     @property
     def keep_mask(self):
@@ -270,7 +294,7 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
            remove="row", checkpoint=None, null=None, n_null=1, stop="paper", eval_rows=None,
            eval_only_score=False, position_bias=False, chance_check=True, tie_break="label_prob",
            column=None, margin=DEFAULT_MARGIN, max_removed=None, class_quota=None, sources=None,
-           source_quota=None, n_seeds=1):
+           source_quota=None, n_seeds=1, views=None, combine="max"):
     """Filter the most predictable rows of (X, y) with AFLite.
 
     Parameters
@@ -425,6 +449,18 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
         is the first seed's; ``result.ensemble`` holds every run, the pairwise Jaccard index of
         their kept sets, each row's removal frequency and the consensus keep (rows kept by at
         least half).  Not with ``checkpoint``.
+    views : dict {name: X}, optional
+        Several representations of the same rows (each an array, a memory map, a path as X is,
+        or ``(table path, column)``; all 2-D, or all multiple choice with the same candidates):
+        every view's m models train on the same partitions of each phase, each row gets a score
+        per view and a combined score (``combine``), and the loop selects on the combined one.
+        X may then be None; when given it is the view ``"X"`` (with ``column``).  With one view
+        the result is that of the run on its X alone.  ``result.view_scores``,
+        ``result.view_history(name)`` and ``result.view_chance`` hold each view's own.  Not with
+        ``checkpoint`` or ``stop="chance"``.  See :mod:`aflite_fast.filtering.views` and docs/text.md.
+    combine : {"max", "mean"}, default="max"
+        With ``views``: a row's combined score is the largest of its views' scores (predictable
+        by any view) or their mean.
 
     Returns
     -------
@@ -457,9 +493,16 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
         When any partition's model stopped without converging (max_iter, a failed line
         search, a non-finite value); ``history[i].solver_status`` counts them per phase.
     """
-    backend = make_backend(backend, client, n_jobs)
-    problem = Problem.open(X, y, backend=backend, loss=loss, loss_params=loss_params, tol=tol,
-                           position_bias=position_bias, column=column, eval_rows=eval_rows)
+    if views is None:
+        if combine != "max":
+            raise ValueError(f"combine={combine!r} applies to views; give views={{name: X, ...}}")
+        backend = make_backend(backend, client, n_jobs)
+        problem = Problem.open(X, y, backend=backend, loss=loss, loss_params=loss_params, tol=tol,
+                               position_bias=position_bias, column=column, eval_rows=eval_rows)
+    else:
+        problem = _open_views(X, y, views, combine, backend=backend, client=client, n_jobs=n_jobs, loss=loss,
+                              loss_params=loss_params, tol=tol, position_bias=position_bias, column=column,
+                              eval_rows=eval_rows, checkpoint=checkpoint, stop=stop)
     if eval_only_score and problem.is_eval is None:
         raise ValueError("eval_only_score=True needs eval_rows")
     settings = validate_settings(problem.n_trainable, target_size=target_size, n_partitions=n_partitions,
@@ -519,6 +562,24 @@ def aflite(X, y, *, target_size, n_partitions=64, train_size, slice_size=500, ta
     return loop.run(state, history, store, progress)
 
 
+def _open_views(X, y, views, combine, *, backend, client, n_jobs, column, checkpoint, stop, **open_kwargs):
+    """The :class:`~aflite_fast.filtering.views.ViewSet` of ``aflite(..., views=)``: every view
+    opened and checked as X is, the same rows in each."""
+    from aflite_fast.filtering.views import ViewSet, check_views, open_views
+
+    views = check_views(X, views, combine)
+    if column is not None and X is None:
+        raise ValueError("column= is the table column of X; give a view's column as views={name: (path, column)}")
+    if checkpoint is not None:
+        raise ValueError("checkpoint cannot be combined with views (a checkpoint holds the models of one X)")
+    if stop == "chance":
+        raise ValueError("stop='chance' cannot be combined with views (its probe reads one view's predictions); "
+                         "use stop='paper', 'null' or 'both'")
+    problems = open_views(views, y, backend=backend, client=client, n_jobs=n_jobs,
+                          columns=None if column is None else {"X": column}, **open_kwargs)
+    return ViewSet(problems, combine)
+
+
 def _fresh_state(n_rows):
     """The loop's state before its first phase."""
     return LoopState(phase=0, active=np.arange(n_rows, dtype=np.int64), removed=np.empty(0, dtype=np.int64),
@@ -537,6 +598,8 @@ class _Loop:
         self.remove, self.null, self.n_null, self.stop = remove, null, n_null, stop
         self.chance_check, self.tie_break = chance_check, tie_break
         self.curation = curation
+        self.views = problem.names if isinstance(problem, ViewSet) else None
+        self.view_scores = None
         codes = problem.labels.codes
         self.prior_counts = np.bincount(codes, minlength=problem.labels.n_classes)
         sources = curation.sources
@@ -552,6 +615,8 @@ class _Loop:
     def run(self, state, history, store, progress):
         problem, settings = self.problem, self.settings
         active, scores, phase = state.active, state.scores, state.phase
+        if self.views is not None:  # each view's own scores of the rows (NaN where never scored)
+            self.view_scores = {name: np.full(problem.n_rows, np.nan) for name in self.views}
         removed, removed_phase = [state.removed], [state.removed_phase]
         # Next phase's partitions are new random subsets: every one of them starts from the mean
         # of the last phase's models (close to the full-data optimum), which took about 9% fewer
@@ -637,11 +702,17 @@ class _Loop:
         failures = problem.backend.failures()
         train_pos = problem.train_positions(self.entropy, phase, active, t, settings.n_partitions, active_groups)
         removable = eligible if self.eval_only_score else None
-        warm = None if warm_mean is None else np.repeat(warm_mean[None], settings.n_partitions, axis=0)
+        warm = _warm_start(warm_mean, settings.n_partitions)
         # untrained models' votes are noise: never reported (ValueError naming the cause)
         res = problem.score(problem.labels.codes, active, train_pos, warm_coef=warm)
-        warm_mean = res.coef.mean(axis=0)
+        warm_mean = _mean_model(res.coef)
         scores[active] = res.scores
+        views = {}
+        if self.views is not None:  # each view on its own, counted as the combined scores are
+            for name, view in res.views.items():
+                self.view_scores[name][active] = view.scores
+                n_view = phase_selection(view, active_groups, self.remove, settings.tau, 0, removable)[1]
+                views[name] = view_record(view, n_view, SCORE_BINS)
         budget = min(settings.slice_size, self.removable_count(active) - settings.target_size)
         curation, codes = self.curation, problem.labels.codes
         if curation.cap is not None:
@@ -663,10 +734,16 @@ class _Loop:
                                                 range=(0.0, 1.0))[0].tolist())
         del res  # the null passes reuse the backend's memory budget
         null_record, by_chance, summary = {}, False, None
+        view_null = {name: [] for name in views}  # each view's counts under the same permutations
         if self.null is not None:
             null_start = time.perf_counter()
             counts, null_bytes = null_counts(problem, active, train_pos, self.entropy, phase, self.n_null,
-                                             active_groups, self.remove, settings.tau, removable)
+                                             active_groups, self.remove, settings.tau, removable,
+                                             per_view=view_null)
+            for name in views:
+                view_summary = summarize(view_null[name])
+                views[name].update(null_above_tau=view_summary.counts, null_mean=view_summary.mean,
+                                   null_std=view_summary.std, null_margin=view_summary.margin)
             summary = summarize(counts)
             observed["bytes_moved"] += null_bytes
             null_record = dict(null_above_tau=summary.counts, null_mean=summary.mean, null_std=summary.std,
@@ -680,11 +757,15 @@ class _Loop:
             if len(counts) < N_PERMUTATIONS:  # the null's first permutations are the check's
                 more, more_bytes = null_counts(problem, active, train_pos, self.entropy, phase, N_PERMUTATIONS,
                                                active_groups, self.remove, settings.tau, removable,
-                                               first=len(counts))
+                                               first=len(counts), per_view=view_null)
                 counts += more
                 observed["bytes_moved"] += more_bytes
-            null_record["chance"] = ChanceCheck.from_counts(
-                active.size, settings.tau, n_eligible, counts, time.perf_counter() - chance_start).as_dict()
+            seconds = time.perf_counter() - chance_start
+            null_record["chance"] = ChanceCheck.from_counts(active.size, settings.tau, n_eligible, counts,
+                                                            seconds).as_dict()
+            for name in views:
+                views[name]["chance"] = ChanceCheck.from_counts(active.size, settings.tau, views[name]["n_above_tau"],
+                                                                view_null[name], seconds).as_dict()
         verdict = None if probe_record is None else chance_verdict(probe_record)
         if verdict is not None:  # the probe is at chance (or below): nothing more goes
             chosen = chosen[:0]
@@ -698,7 +779,7 @@ class _Loop:
             n_removed=int(chosen.size), seconds=time.perf_counter() - start, **observed,
             class_active=np.bincount(codes[active], minlength=problem.labels.n_classes).tolist(),
             class_removed=np.bincount(codes[active[chosen]], minlength=problem.labels.n_classes).tolist(),
-            probe=probe_record, **null_record)
+            probe=probe_record, views=views, **null_record)
         ended = None
         if verdict is not None:
             where = "within" if verdict == "chance" else "below chance by more than"
@@ -750,4 +831,30 @@ class _Loop:
             history=history, classes=labels.classes, stop_reason=stop_reason,
             kept_per_class=np.bincount(labels.codes[active], minlength=labels.n_classes).astype(np.int64),
             removed_per_class=np.bincount(labels.codes[removed], minlength=labels.n_classes).astype(np.int64),
-            resumed_from=resumed_from, chance=chance, fingerprint=self.problem.content_digest, **per_source)
+            resumed_from=resumed_from, chance=chance, fingerprint=self.problem.content_digest, **per_source,
+            **self.view_results(history))
+
+    def view_results(self, history):
+        """The result's fields of a run with views (none without)."""
+        if self.views is None:
+            return {}
+        chance = {name: ChanceCheck.from_dict(history[0].views[name]["chance"]) for name in self.views
+                  if history and "chance" in history[0].views.get(name, {})}
+        return dict(views=list(self.views), view_scores=self.view_scores, view_chance=chance or None,
+                    combine=self.problem.combine)
+
+
+def _warm_start(warm_mean, n_partitions):
+    """Every partition's starting weights: the last phase's mean model (one per view with views)."""
+    if warm_mean is None:
+        return None
+    if isinstance(warm_mean, list):
+        return [np.repeat(w[None], n_partitions, axis=0) for w in warm_mean]
+    return np.repeat(warm_mean[None], n_partitions, axis=0)
+
+
+def _mean_model(coef):
+    """The mean of a phase's models (one per view with views: ``coef`` a list)."""
+    if isinstance(coef, list):
+        return [c.mean(axis=0) for c in coef]
+    return coef.mean(axis=0)

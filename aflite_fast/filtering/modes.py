@@ -15,3 +15,5 @@ STOP_RULES = ("paper", "null", "both", "chance")
 CLASS_QUOTAS = (None, "prior")
 #: ``tie_break=``: rows of equal score by the label's held-out probability, or in a random order.
 TIE_BREAKS = ("label_prob", "random")
+#: ``combine=`` (with ``views``): a row's combined score is the largest of its views' scores or their mean.
+COMBINE_RULES = ("max", "mean")

@@ -166,14 +166,20 @@ def score_nulls(problem, active, train_pos, entropy, phase, n_null, groups=None,
 
 
 def null_counts(problem, active, train_pos, entropy, phase, n_null, active_groups, remove, tau, removable=None,
-                first=0):
+                first=0, per_view=None):
     """Rows at or above tau under permutations ``first``..``n_null - 1`` of this phase, on its
-    partitions, counted as the observed rows are, and the bytes the scorings sent between processes."""
+    partitions, counted as the observed rows are, and the bytes the scorings sent between processes.
+    With views (:mod:`aflite_fast.filtering.views`) the counts are the combined scores'; each
+    view's own are appended to ``per_view[name]`` when it is given."""
     from aflite_fast.filtering.selection import phase_selection
 
     counts, moved = [], 0
     for res in score_nulls(problem, active, train_pos, entropy, phase, n_null, active_groups, first=first):
         counts.append(phase_selection(res, active_groups, remove, tau, 0, removable)[1])
+        if per_view is not None:
+            for name, view in getattr(res, "views", {}).items():
+                per_view.setdefault(name, []).append(phase_selection(view, active_groups, remove, tau, 0,
+                                                                     removable)[1])
         moved += problem.backend.bytes_moved(res)
         del res
     return counts, moved
