@@ -44,7 +44,7 @@ def counts_problem(n=1200, d=300, n_classes=3, density=0.04, seed=0, signal=2.0)
 def draw_partitions(n, m, t, seed=0):
     from aflite_fast.phase.partitions import partition_train_positions
 
-    return partition_train_positions(seed_entropy(seed), 0, np.arange(n, dtype=np.int64), t, m)
+    return partition_train_positions(seed_entropy(seed), 0, n, t, m)
 
 
 def phase(X, y, train_pos, **kw):
@@ -118,7 +118,10 @@ def test_dense_and_sparse_forms_agree():
     assert np.abs(dense.scores[both] - sparse.scores[both]).max() <= 1.0 / m
     pd = predictability(X.toarray(), y, n_partitions=m, train_size=0.5, random_state=0, tol=1e-8, max_iter=5000)
     ps = predictability(X, y, n_partitions=m, train_size=0.5, random_state=0, tol=1e-8, max_iter=5000)
-    assert np.abs(pd.scores - ps.scores).max() <= 1.0 / m
+    # the models agree to the solver's precision: summed held-out probabilities within 1e-5 a
+    # model; a vote can differ only where a model's two top classes are that close (one row here)
+    assert np.abs(pd.prob_label - ps.prob_label).max() <= 1e-5 * m
+    assert np.abs(pd.correct - ps.correct).max() <= 1 and np.mean(pd.correct != ps.correct) <= 0.005
     np.testing.assert_allclose(ps.prob_label, pd.prob_label, atol=1e-3)
 
 
