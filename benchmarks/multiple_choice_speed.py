@@ -39,12 +39,12 @@ import time
 from pathlib import Path
 
 import numpy as np
-import scipy.optimize
 from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from compare_scale import gemm_rate  # noqa: E402
+from peers import fit_candidate_scorer, predict_candidates  # noqa: E402
 
 from aflite_fast.phase import gather
 from aflite_fast.phase import local
@@ -85,38 +85,12 @@ def cached_items(n, K, d, seed=0):
 
 def loop_partition(X, y, train, C, dtype, tol=1e-4, max_iter=1000):
     """One partition the public implementations' way: fit a linear scorer with SciPy's L-BFGS
-    on the training items (rows copied in ``dtype``), then predict every other item."""
-    n, K, d = X.shape
-    Xt = np.ascontiguousarray(X[train], dtype=dtype)
-    Xf = np.concatenate([Xt.reshape(-1, d), np.ones((Xt.shape[0] * K, 1), dtype)], axis=1)
-    yt = y[train]
-    t = train.size
-    rows = np.arange(t)
-
-    def f(p):
-        w = p.astype(dtype)
-        s = (Xf @ w).reshape(t, K).astype(np.float64)
-        mx = s.max(axis=1, keepdims=True)
-        e = np.exp(s - mx)
-        z = e.sum(axis=1)
-        loss = float(np.mean(np.log(z) + mx[:, 0] - s[rows, yt])) + float(p[:d] @ p[:d]) / (2 * C * t)
-        G = e / z[:, None]
-        G[rows, yt] -= 1.0
-        G /= t
-        g = (Xf.T @ G.astype(dtype).ravel()).astype(np.float64)
-        g[:d] += p[:d] / (C * t)
-        return loss, g
-
-    res = scipy.optimize.minimize(f, np.zeros(d + 1), jac=True, method="L-BFGS-B",
-                                  options=dict(gtol=tol, maxiter=max_iter))
-    held = np.setdiff1d(np.arange(n), train)
-    w = res.x.astype(dtype)
-    correct = 0
-    for i0 in range(0, held.size, 20000):  # prediction in pieces, as a loop over a file would
-        part = held[i0:i0 + 20000]
-        s = (np.asarray(X[part], dtype=dtype) @ w[:d]).reshape(part.size, K)
-        correct += int(np.sum(s.argmax(axis=1) == y[part]))
-    return res.nit, correct
+    on the training items (rows copied in ``dtype``; ``peers.fit_candidate_scorer``), then
+    predict every other item (``peers.predict_candidates``)."""
+    w, nit = fit_candidate_scorer(X[train], y[train], C, dtype, tol, max_iter)
+    held = np.setdiff1d(np.arange(X.shape[0]), train)
+    correct, _ = predict_candidates(X, y, held, w)
+    return nit, int(correct.sum())
 
 
 def read_rate(X, threads, repeat=3):
