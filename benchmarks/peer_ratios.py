@@ -31,6 +31,7 @@ the measured seconds beside the estimate: how far the estimate is from a measure
     PYTHONPATH=. python benchmarks/peer_ratios.py                     # every shape, 3 rounds
     PYTHONPATH=. python benchmarks/peer_ratios.py --shapes 200k-0.1 --check-full 200k-0.1
     PYTHONPATH=. python benchmarks/peer_ratios.py --scale 0.1 --repeat 1   # smoke (N / 10)
+    PYTHONPATH=. python benchmarks/peer_ratios.py --table a.json b.json     # the table of earlier runs
 """
 import argparse
 import json
@@ -157,9 +158,9 @@ def run_shape(name, a):
 
 
 def table(rows, a):
-    lines = ["| shape | ours (s), median (rounds) | scikit-learn tuned (s), median (rounds) | fitted of m "
-             "| seconds per fit | iterations per fit | tuned / ours |",
-             "|---|---|---|---|---:|---:|---:|"]
+    lines = ["| phase | ours (s), median (rounds) | scikit-learn tuned (s), median (rounds) | fitted of m "
+             "| seconds per fit | iterations per fit | tuned / ours (per round) |",
+             "|---|---|---|---|---:|---:|---|"]
     for r in rows:
         kind = "multiple choice, K = 4" if r["data"] == "items" else f"C = {r['classes']}"
         shape = f"N = {r['N']:,}, d = {r['d']}, {kind}, m = {r['m']}, t/N = {r['share']}"
@@ -169,7 +170,7 @@ def table(rows, a):
         lines.append(f"| {shape} | {ours:.2f} ({', '.join(f'{v:.2f}' for v in r['ours'])}) "
                      f"| {peer:.1f} ({', '.join(f'{v:.1f}' for v in r['peer'])}) | {fitted}{who} "
                      f"| {statistics.median(r['peer_fit_mean']):.2f} | {statistics.median(r['peer_iter']):.0f} "
-                     f"| **{peer / ours:.0f}x** |")
+                     f"| **{peer / ours:.0f}x** ({', '.join(f'{p / o:.0f}' for o, p in zip(r['ours'], r['peer']))}) |")
         if "peer_full" in r:
             lines.append(f"| the same, all {r['m']} partitions fitted once | | {r['peer_full']:.1f} (measured; "
                          f"estimate / measured {peer / r['peer_full']:.2f}) | {r['m']} of {r['m']} | | "
@@ -194,12 +195,20 @@ def main(argv=None):
     p.add_argument("--loop-sample", type=int, default=2, help="partitions of the serial multiple-choice loop")
     p.add_argument("--check-full", choices=list(SHAPES), help="also fit all m partitions of this shape once")
     p.add_argument("--scale", type=float, default=1.0, help="N times this (a smoke run: 0.1)")
-    p.add_argument("--json", type=Path)
+    p.add_argument("--json", type=Path, help="write the rows here (after every shape, so a cut run keeps them)")
+    p.add_argument("--table", type=Path, nargs="+", metavar="JSON",
+                   help="print the table of the rows of these --json files (runs nothing)")
     a = p.parse_args(argv)
+    if a.table:
+        rows = [r for path in a.table for r in json.loads(path.read_text())["rows"]]
+        print(table(rows, a))
+        return
     rows = []
     t0 = time.time()
     for name in a.shapes:
         rows.append(run_shape(name, a))
+        if a.json:
+            a.json.write_text(json.dumps(dict(rows=rows, cpu=cpu_name(), argv=sys.argv[1:]), indent=2))
     print()
     print(f"One phase, {a.threads} threads for ours; scikit-learn tuned: {a.workers} pre-started worker processes, one "
           f"BLAS thread each, X in shared memory, C = 1, tol = 1e-4; {a.repeat} rounds interleaved, medians. "
@@ -208,8 +217,6 @@ def main(argv=None):
           f"{(time.time() - t0) / 60:.0f} minutes.")
     print()
     print(table(rows, a))
-    if a.json:
-        a.json.write_text(json.dumps(dict(rows=rows, cpu=cpu_name(), argv=sys.argv[1:]), indent=2))
 
 
 if __name__ == "__main__":
