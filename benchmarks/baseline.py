@@ -19,8 +19,8 @@ t)`` returning the positions (into the active rows) of partition j's training se
 be measured row by row. ``package_partition_sampler`` wraps the package's own sampler.
 
 ``tuned_phase`` is the same phase as a skilled user would set it up: float32 rows, partitions
-fitted in parallel by joblib's process workers (loky), each worker limited to one BLAS thread
-(threadpoolctl inside the worker).  A serial loop whose fits use two BLAS threads each
+fitted in parallel by a pool of worker processes started once (``peers.PeerPool``: X in shared
+memory, one BLAS thread in each worker).  A serial loop whose fits use two BLAS threads each
 (``baseline_phase``) is several times slower per fit on two cores, because NumPy's and
 SciPy's OpenBLAS pools wait for work against each other.
 """
@@ -184,44 +184,39 @@ def select_removal(correct, seen, prob_label, *, slice_size, tau, budget):
     return eligible[order[:budget]].astype(np.int64), int(eligible.size), scores
 
 
-def _tuned_fit_predict(Xa, ya, tr, n_classes, C, max_iter, tol):
-    """One partition in a worker: fit on rows ``tr`` with one BLAS thread, predict the rest."""
-    from threadpoolctl import threadpool_limits
-
-    with threadpool_limits(limits=1):
-        held = np.ones(Xa.shape[0], dtype=bool)
-        held[tr] = False
-        te = np.flatnonzero(held)
-        clf = LogisticRegression(C=C, max_iter=max_iter, tol=tol)
-        clf.fit(Xa[tr], ya[tr])
-        proba = np.zeros((te.shape[0], n_classes), dtype=np.float32)
-        proba[:, clf.classes_] = clf.predict_proba(Xa[te])
-    return te, proba, int(clf.n_iter_[0])
-
-
 def tuned_phase(X, y, active, train_positions, *, n_partitions=64, train_size, C=1.0, max_iter=1000,
-                tol=1e-4, n_classes=None, phase=0, n_jobs=2, return_n_iter=False):
+                tol=1e-4, n_classes=None, phase=0, n_jobs=2, return_n_iter=False, pool=None):
     """Score one phase as :func:`baseline_phase` does, set up as a skilled user would.
 
-    float32 rows, ``n_jobs`` joblib (loky) worker processes fitting partitions in parallel,
-    one BLAS thread in each (threadpoolctl inside the worker).  Same arguments and results
-    as :func:`baseline_phase`.
-    """
-    from joblib import Parallel, delayed
+    All ``n_partitions`` partitions fitted by ``peers.PeerPool``: ``n_jobs`` worker processes
+    started once, one BLAS thread in each, the float32 active rows in shared memory.  Same
+    arguments and results as :func:`baseline_phase`.
 
-    Xa, ya, n_classes, correct, seen, prob_label = _phase_inputs(X, y, active, n_classes)
-    n_active = ya.shape[0]
-    jobs = (delayed(_tuned_fit_predict)(Xa, ya, np.asarray(train_positions(phase, j, n_active, train_size),
-                                                            dtype=np.int64), n_classes, C, max_iter, tol)
-            for j in range(n_partitions))
-    n_iter = []
-    # results are added in partition order (joblib returns them in order)
-    for te, proba, it in Parallel(n_jobs=n_jobs, backend="loky")(jobs):
-        _accumulate(te, proba, ya, seen, correct, prob_label)
-        n_iter.append(it)
+    Parameters
+    ----------
+    pool : peers.PeerPool, optional
+        A pool already holding ``X[active]`` and ``y[active]`` (start it once, before timing);
+        without it one is started and closed inside this call (and its start is then timed
+        with the phase).
+    """
+    from peers import PeerPool
+
+    active = np.asarray(active, dtype=np.int64)
+    n_active = active.shape[0]
+    train_pos = np.stack([np.asarray(train_positions(phase, j, n_active, train_size), dtype=np.int64)
+                          for j in range(n_partitions)])
+    own = pool is None
+    if own:
+        pool = PeerPool(np.asarray(X[active], dtype=np.float32), np.asarray(y[active], dtype=np.int64),
+                        n_workers=n_jobs)
+    try:
+        ph = pool.phase(train_pos, C=C, tol=tol, max_iter=max_iter)
+    finally:
+        if own:
+            pool.close()
     if return_n_iter:
-        return correct, seen, prob_label, n_iter
-    return correct, seen, prob_label
+        return ph.correct, ph.seen, ph.prob_label, [int(v) for v in ph.n_iter]
+    return ph.correct, ph.seen, ph.prob_label
 
 
 def baseline_aflite(

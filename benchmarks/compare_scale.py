@@ -9,13 +9,16 @@ a. ours: ``local.score_phase`` (what ``aflite_fast.predictability`` and every ph
    ``aflite`` call) with an ``gather.Workspace`` kept between the repeats, as the phases of an
    ``aflite`` run keep it (the first repeat allocates the row buffer, like a run's first
    phase); ``--repeat`` times, median;
-b. scikit-learn tuned (``baseline.tuned_phase``): what a skilled user sets up: float32 rows,
-   ``--threads`` joblib (loky) workers fitting partitions in parallel, one BLAS thread each;
-   the first ``--sklearn-sample`` partitions are fitted and predicted and the time is scaled
-   by m / sample (an estimate, said so in the table);
+b. scikit-learn tuned (``peers.PeerPool``): what a skilled user sets up: ``--threads`` worker
+   processes started once per N before anything is timed, the float32 rows in shared memory,
+   one BLAS thread each; every repeat fits and predicts the first ``--sklearn-sample``
+   partitions (at least two per worker) and estimates the phase from them
+   (``PeerPhase.estimate``: the sample's wall time + the remaining fits at the mean seconds per
+   fit; what a phase pays once is not scaled), an estimate, said so in the table;
 c. scikit-learn naive (``baseline.baseline_phase``, only with ``--naive-sample`` > 0): one
    ``LogisticRegression`` per partition in a serial Python loop, BLAS limited to
-   ``--threads``, scaled the same way;
+   ``--threads``; the call with no partition (copying the rows) is timed too, and only the
+   fits' part is scaled by m / sample;
 d. the floor: the flops the algorithm needs (per model and evaluation of objective and
    gradient, two products of t x (d+1) x C; prediction, one product of N x (d+1) x (m C)), at
    the best GEMM rate measured in the same run (NumPy's float32 matmul, i.e. OpenBLAS
@@ -28,8 +31,8 @@ machine falls on all alike.  The table gives ours / floor, tuned / ours (and nai
 and the cost of the t/N = 0.1 phase relative to the t/N = 0.5 phase at the same N.
 
     PYTHONPATH=. python benchmarks/compare_scale.py [--sizes 100000 200000] [--repeat 3]
-        [--sklearn-sample 8] [--naive-sample 0] [--threads 2] [--d 768] [--m 64] [--classes 3] [--json out.json]
-    PYTHONPATH=. python benchmarks/compare_scale.py --sizes 20000 --sklearn-sample 2 --repeat 1   # smoke
+        [--sklearn-sample 4] [--naive-sample 0] [--threads 2] [--d 768] [--m 64] [--classes 3] [--json out.json]
+    PYTHONPATH=. python benchmarks/compare_scale.py --sizes 20000 --repeat 1   # smoke
 """
 import argparse
 import json
@@ -45,7 +48,8 @@ from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from baseline import baseline_phase, package_partition_sampler, tuned_phase  # noqa: E402
+from baseline import baseline_phase, package_partition_sampler  # noqa: E402
+from peers import PeerPool  # noqa: E402
 from skewed_data import make_skewed_embeddings  # noqa: E402
 
 from aflite_fast.core import _kernel
@@ -114,8 +118,8 @@ def main(argv=None):
     p.add_argument("--m", type=int, default=64)
     p.add_argument("--classes", type=int, default=3)
     p.add_argument("--repeat", type=int, default=3)
-    p.add_argument("--sklearn-sample", type=int, default=8,
-                   help="partitions tuned scikit-learn fits (scaled to m)")
+    p.add_argument("--sklearn-sample", type=int, default=4,
+                   help="partitions tuned scikit-learn fits per repeat (at least 2 per worker; estimated to m)")
     p.add_argument("--naive-sample", type=int, default=0,
                    help="partitions the naive scikit-learn loop fits (scaled to m; 0: not run)")
     p.add_argument("--threads", type=int, default=2)
@@ -132,8 +136,7 @@ def main(argv=None):
               f"OpenBLAS {rate_blas:.0f} GF/s", flush=True)
         ours_phase(X[:2000], y[:2000], center, partitions.partition_train_positions(0, 0, 2000, 500, 2),
                    a.threads, n_classes=C)  # warm up lazily compiled helpers
-        tuned_phase(X[:2000], y[:2000], np.arange(2000), package_partition_sampler(0, 2), n_partitions=2,
-                    train_size=500, n_classes=C, n_jobs=a.threads)  # start the worker processes
+        pool = PeerPool(X, y, n_workers=a.threads)  # started once, X in shared memory, not timed
         for share in a.shares:
             t = int(round(share * n))
             train_pos = partitions.partition_train_positions(0, 0, n, t, m)
@@ -143,20 +146,22 @@ def main(argv=None):
             for r in range(a.repeat):
                 s, res = ours_phase(X, y, center, train_pos, a.threads, workspace, C)
                 ours.append(s)
-                if r == 0:
-                    t0 = time.perf_counter()
-                    tuned_phase(X, y, np.arange(n), package_partition_sampler(0, m),
-                                n_partitions=a.sklearn_sample, train_size=t, n_classes=C, n_jobs=a.threads)
-                    skl.append((time.perf_counter() - t0) * m / a.sklearn_sample)
+                ph = pool.phase(train_pos, sample=a.sklearn_sample)
+                skl.append(ph.estimate)
+                sample = ph.partitions
                 if r == 0 and a.naive_sample > 0:
                     with threadpool_limits(a.threads):
                         t0 = time.perf_counter()
                         baseline_phase(X, y, np.arange(n), package_partition_sampler(0, m),
+                                       n_partitions=0, train_size=t, n_classes=C)
+                        fixed = time.perf_counter() - t0
+                        t0 = time.perf_counter()
+                        baseline_phase(X, y, np.arange(n), package_partition_sampler(0, m),
                                        n_partitions=a.naive_sample, train_size=t, n_classes=C)
-                        naive.append((time.perf_counter() - t0) * m / a.naive_sample)
+                        naive.append(fixed + (time.perf_counter() - t0 - fixed) * m / a.naive_sample)
             floor, f_train, f_pred = floor_seconds(res, t, n, D, C, m, rate)
             row = dict(N=n, share=share, t=t, m=m, d=a.d, ours=statistics.median(ours), ours_all=ours,
-                       tuned_est=statistics.median(skl), sklearn_sample=a.sklearn_sample,
+                       tuned_est=statistics.median(skl), tuned_all=skl, sklearn_sample=sample,
                        naive_est=statistics.median(naive) if naive else None, naive_sample=a.naive_sample,
                        floor=floor, floor_train_flops=f_train, floor_predict_flops=f_pred,
                        gemm_rate=rate, gemm_ours=rate_ours, gemm_blas=rate_blas,
@@ -164,14 +169,16 @@ def main(argv=None):
                        seconds=res.seconds, n_blocks=res.n_blocks)
             rows.append(row)
             print(f"# N={n} t/N={share}: ours {row['ours']:.2f} s ({', '.join(f'{v:.2f}' for v in ours)}), "
-                  f"sklearn tuned est. {row['tuned_est']:.1f} s"
+                  f"sklearn tuned est. {row['tuned_est']:.1f} s ({', '.join(f'{v:.1f}' for v in skl)})"
                   + (f", naive est. {row['naive_est']:.1f} s" if naive else "")
                   + f", floor {floor:.2f} s", flush=True)
+        pool.close()
     print()
     naive_on = a.naive_sample > 0
     print(f"One phase, m={m}, d={a.d}, C={C}, skewed data, {a.threads} threads; ours: median of {a.repeat}; "
-          f"scikit-learn tuned (float32, {a.threads} loky workers, one BLAS thread each): "
-          f"{a.sklearn_sample} of {m} partitions fitted and predicted, scaled to {m} (estimate)"
+          f"scikit-learn tuned (float32, {a.threads} pre-started worker processes, one BLAS thread each): "
+          f"{rows[0]['sklearn_sample'] if rows else a.sklearn_sample} of {m} partitions fitted and predicted per "
+          f"repeat, the rest at the mean seconds per fit (estimate), median of {a.repeat}"
           + (f"; naive loop: {a.naive_sample} of {m}, scaled likewise" if naive_on else "") + ".")
     print(f"Floor at {rows[0]['gemm_rate']:.0f} GF/s (best of NumPy sgemm {rows[0]['gemm_blas']:.0f} and "
           f"ours {rows[0]['gemm_ours']:.0f}, measured in this run)." if rows else "")

@@ -15,18 +15,22 @@ b. the public implementations' way: one linear scorer per partition trained afte
    float32 copies of the partition's rows; the solver's vectors are float64), then predicting
    the held-out items; BLAS on ``--threads`` threads.  Only ``--loop-sample`` partitions are
    fitted and predicted and the time is scaled by m / sample: an ESTIMATE, said so in the table;
-c. the floor: per model and evaluation of objective and gradient, two products of
+c. the same scorer in float32 fitted by ``--threads`` worker processes started once before
+   timing (``peers.PeerPool``: the items in shared memory, one BLAS thread each), every round,
+   ``--pool-sample`` partitions (at least two per worker) and the rest estimated at the mean
+   seconds per fit (``PeerPhase.estimate``);
+d. the floor: per model and evaluation of objective and gradient, two products of
    t*K x (d+1) x 1, plus prediction, one product of N*K x (d+1) x m, at the best GEMM rate
    measured in the same run (NumPy's OpenBLAS sgemm and the package's GEMM, on
    (50000 x 769) @ (769 x 64) and @ (769 x 192), whichever is fastest).  Evaluations are
    those our solver made, so the floor measures the kernel, not the solver;
-d. the stream bound, beside the floor: every solver round reads the rows of all models' items
+e. the stream bound, beside the floor: every solver round reads the rows of all models' items
    (at t/N = 0.1 with m = 64, every item: N x K x (d+1) float32), so a round cannot take less
    than that read at the memory bandwidth measured in the same run (OpenBLAS sgemv over the
    rows, ``--threads`` threads); rounds x that time, plus prediction's read.
 
     PYTHONPATH=. python benchmarks/multiple_choice_speed.py [--n 50000] [--k 4] [--d 768]
-        [--shares 0.5 0.1] [--repeat 2] [--loop-sample 2] [--threads 2] [--json out.json]
+        [--shares 0.5 0.1] [--repeat 2] [--loop-sample 2] [--pool-sample 4] [--threads 2] [--json out.json]
     PYTHONPATH=. python benchmarks/multiple_choice_speed.py --n 5000 --repeat 1 --loop-sample 1   # smoke
 """
 import argparse
@@ -39,12 +43,12 @@ import time
 from pathlib import Path
 
 import numpy as np
-import scipy.optimize
 from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from compare_scale import gemm_rate  # noqa: E402
+from peers import PeerPool, fit_candidate_scorer, predict_candidates  # noqa: E402
 
 from aflite_fast.phase import gather
 from aflite_fast.phase import local
@@ -85,38 +89,12 @@ def cached_items(n, K, d, seed=0):
 
 def loop_partition(X, y, train, C, dtype, tol=1e-4, max_iter=1000):
     """One partition the public implementations' way: fit a linear scorer with SciPy's L-BFGS
-    on the training items (rows copied in ``dtype``), then predict every other item."""
-    n, K, d = X.shape
-    Xt = np.ascontiguousarray(X[train], dtype=dtype)
-    Xf = np.concatenate([Xt.reshape(-1, d), np.ones((Xt.shape[0] * K, 1), dtype)], axis=1)
-    yt = y[train]
-    t = train.size
-    rows = np.arange(t)
-
-    def f(p):
-        w = p.astype(dtype)
-        s = (Xf @ w).reshape(t, K).astype(np.float64)
-        mx = s.max(axis=1, keepdims=True)
-        e = np.exp(s - mx)
-        z = e.sum(axis=1)
-        loss = float(np.mean(np.log(z) + mx[:, 0] - s[rows, yt])) + float(p[:d] @ p[:d]) / (2 * C * t)
-        G = e / z[:, None]
-        G[rows, yt] -= 1.0
-        G /= t
-        g = (Xf.T @ G.astype(dtype).ravel()).astype(np.float64)
-        g[:d] += p[:d] / (C * t)
-        return loss, g
-
-    res = scipy.optimize.minimize(f, np.zeros(d + 1), jac=True, method="L-BFGS-B",
-                                  options=dict(gtol=tol, maxiter=max_iter))
-    held = np.setdiff1d(np.arange(n), train)
-    w = res.x.astype(dtype)
-    correct = 0
-    for i0 in range(0, held.size, 20000):  # prediction in pieces, as a loop over a file would
-        part = held[i0:i0 + 20000]
-        s = (np.asarray(X[part], dtype=dtype) @ w[:d]).reshape(part.size, K)
-        correct += int(np.sum(s.argmax(axis=1) == y[part]))
-    return res.nit, correct
+    on the training items (rows copied in ``dtype``; ``peers.fit_candidate_scorer``), then
+    predict every other item (``peers.predict_candidates``)."""
+    w, nit = fit_candidate_scorer(X[train], y[train], C, dtype, tol, max_iter)
+    held = np.setdiff1d(np.arange(X.shape[0]), train)
+    correct, _ = predict_candidates(X, y, held, w)
+    return nit, int(correct.sum())
 
 
 def read_rate(X, threads, repeat=3):
@@ -152,6 +130,8 @@ def main(argv=None):
     p.add_argument("--shares", type=float, nargs="+", default=[0.5, 0.1])
     p.add_argument("--repeat", type=int, default=2)
     p.add_argument("--loop-sample", type=int, default=2, help="partitions the loop fits (scaled to m)")
+    p.add_argument("--pool-sample", type=int, default=4,
+                   help="partitions the worker processes fit per round (at least 2 per worker)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--json", type=Path)
     a = p.parse_args(argv)
@@ -168,11 +148,12 @@ def main(argv=None):
     active = np.arange(n, dtype=np.int64)
     codes = y.astype(np.int32)
     rows = []
+    pool = PeerPool(X, y, n_workers=a.threads)  # the two-process loop: started once, not timed
     for share in a.shares:
         t = int(round(share * n))
         train_pos = partitions.partition_train_positions(0, 0, n, t, m)
         workspace = gather.Workspace()
-        ours, loop64, loop32 = [], [], []
+        ours, loop64, loop32, pooled = [], [], [], []
         res = None
         for r in range(a.repeat):
             t0 = time.perf_counter()
@@ -190,24 +171,35 @@ def main(argv=None):
                         out.append((time.perf_counter() - t0) * m / a.loop_sample)
                         print(f"# t/N={share}: loop {np.dtype(dtype).name} est. {out[-1]:.1f} s "
                               f"(iterations {its})", flush=True)
+            ph = pool.phase(train_pos, sample=a.pool_sample)
+            pooled.append(ph.estimate)
+            print(f"# t/N={share}: {a.threads} processes, float32, est. {ph.estimate:.1f} s "
+                  f"({ph.partitions} partitions in {ph.wall:.1f} s)", flush=True)
         floor = floor_seconds(res, t, n, K, D, m, rate)
         stream = stream_seconds(res, n, K, D, bandwidth)
         row = dict(stream=stream, bandwidth=bandwidth, N=n, K=K, d=d, m=m, share=share, t=t, ours=statistics.median(ours), ours_all=ours,
-                   loop64=loop64[0], loop32=loop32[0], loop_sample=a.loop_sample, floor=floor, gemm_rate=rate,
+                   loop64=loop64[0], loop32=loop32[0], loop_sample=a.loop_sample, pooled=statistics.median(pooled),
+                   pooled_all=pooled, floor=floor, gemm_rate=rate,
                    evaluations=float(res.n_eval.mean()), iterations=float(res.n_iter.mean()), seconds=res.seconds)
         rows.append(row)
+    pool.close()
     print()
     print(f"One multiple-choice phase, N={n} items, K={K}, d={d}, m={m}, {a.threads} threads; ours: median of "
           f"{a.repeat}; loop: {a.loop_sample} of {m} partitions fitted and predicted, scaled to {m} (estimate); "
+          f"{a.threads} processes: the float32 scorer in {a.threads} pre-started worker processes, one BLAS thread "
+          f"each, at least 2 partitions per worker every round, the rest at the mean seconds per fit (estimate, "
+          f"median of {a.repeat}); "
           f"floor at {rate:.0f} GF/s; stream bound at {bandwidth:.1f} GB/s.")
     print()
     print("| t/N | t | ours (s) | evaluations per model | floor (s) | ours / floor | stream bound (s) "
-          "| loop float64, est. (s) | loop float32, est. (s) | faster loop / ours |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| loop float64, est. (s) | loop float32, est. (s) | faster loop / ours "
+          f"| {a.threads} processes, est. (s) | {a.threads} processes / ours |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['share']} | {r['t']} | {r['ours']:.2f} | {r['evaluations']:.1f} | {r['floor']:.2f} "
               f"| {r['ours'] / r['floor']:.2f} | {r['stream']:.2f} | {r['loop64']:.0f} | {r['loop32']:.0f} "
-              f"| {min(r['loop32'], r['loop64']) / r['ours']:.0f}x |")
+              f"| {min(r['loop32'], r['loop64']) / r['ours']:.0f}x | {r['pooled']:.1f} "
+              f"| {r['pooled'] / r['ours']:.0f}x |")
     if a.json:
         a.json.write_text(json.dumps(dict(rows=rows, machine=platform.processor() or platform.machine(),
                                           argv=sys.argv[1:]), indent=2))
