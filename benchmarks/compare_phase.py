@@ -178,7 +178,7 @@ def compare_phase(X, y, a, out):
 
 def compare_full(X, y, a, out):
     sampler = package_partition_sampler(a.seed, a.m)
-    t_ours, t_base, runs = [], [], []
+    t_ours, t_base = [], []
     base = None
     for r in range(a.repeat):
         t0 = time.perf_counter()

@@ -52,12 +52,9 @@ from baseline import baseline_phase, package_partition_sampler  # noqa: E402
 from peers import PeerPool  # noqa: E402
 from skewed_data import make_skewed_embeddings  # noqa: E402
 
-from aflite_fast.core import _kernel
-from aflite_fast.phase import gather
-from aflite_fast.phase import local
-from aflite_fast.phase import partitions
-from aflite_fast.core import layout
+from aflite_fast.core import _kernel, layout
 from aflite_fast.io.inputs import scan_rows
+from aflite_fast.phase import gather, local, partitions
 
 #: Where the generated data is kept between runs (git-ignored beside this script unless the
 #: environment variable AFLITE_BENCH_CACHE names another folder).

@@ -50,10 +50,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compare_scale import gemm_rate  # noqa: E402
 from peers import PeerPool, fit_candidate_scorer, predict_candidates  # noqa: E402
 
-from aflite_fast.phase import gather
-from aflite_fast.phase import local
-from aflite_fast.phase import partitions
 from aflite_fast.io.inputs import scan_rows
+from aflite_fast.phase import gather, local, partitions
 
 CACHE = Path(os.environ.get("AFLITE_BENCH_CACHE", Path(__file__).resolve().parent / "_cache"))
 

@@ -94,8 +94,8 @@ def _serial_loop(X, y, train_pos, sample, threads):
     BLAS on one thread and on ``threads`` threads: {threads: estimated seconds of m partitions}.
 
     Each call is one fit and one prediction (no per-phase part), so the sample's time is scaled."""
-    from threadpoolctl import threadpool_limits
     from multiple_choice_speed import loop_partition
+    from threadpoolctl import threadpool_limits
 
     out = {}
     for n_threads in sorted({1, threads}):

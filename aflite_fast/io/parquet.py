@@ -120,10 +120,9 @@ def _first_width(pf, column, f):
     raise ValueError(f"{f!r} has no rows")
 
 
-def read_parquet_column(path, column, what="labels"):
-    """Column ``column`` of a Parquet file or directory, read whole (labels, group ids)."""
-    import pyarrow as pa
-
+def parquet_column_chunks(path, column, what):
+    """Column ``column`` of every file of a Parquet file or directory, as a list of pyarrow arrays
+    (the files' chunks in order); ValueError naming the file for a missing column or a read error."""
     pieces = []
     for f in parquet_files(path):
         pf = _open(f, what)
@@ -133,4 +132,12 @@ def read_parquet_column(path, column, what="labels"):
             pieces.extend(pf.read(columns=[column]).column(0).chunks)
         except Exception as exc:  # pyarrow's own errors
             raise ValueError(f"cannot read {what} from {f!r}: {exc}") from None
+    return pieces
+
+
+def read_parquet_column(path, column, what="labels"):
+    """Column ``column`` of a Parquet file or directory, read whole (labels, group ids)."""
+    import pyarrow as pa
+
+    pieces = parquet_column_chunks(path, column, what)
     return column_to_numpy(pa.chunked_array(pieces) if pieces else None, column, repr(os.fspath(path)), what)

@@ -137,16 +137,9 @@ def _table_column(spec, column):
 
     pieces, path = [], os.fspath(spec)
     if detect(spec) == "parquet":
-        from aflite_fast.io.parquet import _open, parquet_files
+        from aflite_fast.io.parquet import parquet_column_chunks
 
-        for f in parquet_files(spec):
-            pf = _open(f, "texts")
-            if column not in pf.schema_arrow.names:
-                raise ValueError(f"no column {column!r} in {f!r}; its columns are {', '.join(pf.schema_arrow.names)}")
-            try:
-                pieces.extend(pf.read(columns=[column]).column(0).chunks)
-            except Exception as exc:  # pyarrow's own errors
-                raise ValueError(f"cannot read texts from {f!r}: {exc}") from None
+        pieces = parquet_column_chunks(spec, column, "texts")
     else:
         from aflite_fast.io.arrow import _mapped, _open_ipc, _schema, arrow_files
 

@@ -120,7 +120,7 @@ def main():
         print(json.dumps(run_one(args, args.one)))
         return
     per_variant = {v: [] for v in args.variants}
-    d_seeds, bases = [], []
+    bases = []
     for b in range(args.bases):
         args.base = b
         base = child(args, "base")
