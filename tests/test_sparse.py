@@ -289,7 +289,7 @@ def test_cli_reads_save_npz_files(tmp_path):
                  "--features", str(tmp_path / "X.npz"), "--n-random", "2", "--quiet"]) == 0
 
 
-def test_cli_bad_npz_is_one_line_and_exit_2(tmp_path, capsys):
+def test_cli_bad_npz_is_one_line_and_exit_2(tmp_path, child_process):
     import subprocess
     import sys
 
@@ -299,7 +299,7 @@ def test_cli_bad_npz_is_one_line_and_exit_2(tmp_path, capsys):
     np.save(tmp_path / "y.npy", y)
     proc = subprocess.run([sys.executable, "-m", "aflite_fast", "filter", str(tmp_path / "bad.npz"),
                            str(tmp_path / "y.npy"), "--target-size", "100", "--train-size", "0.5", "--out",
-                           str(tmp_path / "out"), "--quiet"], capture_output=True, text=True)
+                           str(tmp_path / "out"), "--quiet"], **child_process, capture_output=True, text=True)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "has a NaN or infinite value (row 0" in lines[0], proc.stderr
