@@ -1,6 +1,5 @@
 """Opening and validating inputs: embeddings (ndarray, memmap or .npy/.npz path) and labels."""
 import os
-import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -9,6 +8,7 @@ from aflite_fast.io.fingerprint import block_rows
 from aflite_fast.io.formats import open_rows
 from aflite_fast.io.rows import first_nonfinite_row, first_row_beyond
 from aflite_fast.io.rowsource import RowSource
+from aflite_fast.io.sparse import check_sparse, is_sparse, is_sparse_npz, open_npz
 from aflite_fast.runtime.threads import for_row_ranges
 
 #: Largest magnitude the float32 kernel can hold; float64 values beyond it would become inf.
@@ -18,13 +18,6 @@ FLOAT32_MAX = float(np.finfo(np.float32).max)
 SCAN_CHUNK_BYTES = 64 << 20
 #: Rows (in X's dtype) read at a time by :func:`gather_rows`; its only scratch buffer.
 GATHER_CHUNK_BYTES = 8 << 20
-
-
-def _is_sparse(X):
-    """True for a SciPy sparse matrix or array.  One can exist only once ``scipy.sparse`` has
-    been imported, so the filtering path does not import SciPy just to ask."""
-    sparse = sys.modules.get("scipy.sparse")
-    return sparse is not None and sparse.issparse(X)
 
 
 def check_dtype(dtype):
@@ -82,8 +75,6 @@ def open_embeddings(X, column=None, items=False):
         names the extra).
     """
     if isinstance(X, (str, os.PathLike)) and column is None and os.fspath(X).lower().endswith(".npz"):
-        from aflite_fast.io.sparse import check_sparse, is_sparse_npz, open_npz
-
         if is_sparse_npz(X):  # a scipy.sparse.save_npz file: read as CSR, never densified
             return check_sparse(open_npz(X), name=f"X ({os.fspath(X)})")
     if isinstance(X, (str, os.PathLike)) or _is_path_list(X):
@@ -92,9 +83,7 @@ def open_embeddings(X, column=None, items=False):
         raise ValueError(f"column={column!r} chooses a column of a table file, but X is not a path")
     elif isinstance(X, RowSource):
         pass
-    elif _is_sparse(X):  # CSR checked, other formats converted once (docs/sparse.md)
-        from aflite_fast.io.sparse import check_sparse
-
+    elif is_sparse(X):  # CSR checked, other formats converted once (docs/sparse.md)
         return check_sparse(X)
     elif not isinstance(X, np.ndarray):
         try:
