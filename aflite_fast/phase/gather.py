@@ -4,6 +4,7 @@ rows are a subset of this one's, compacted in place)."""
 import numpy as np
 
 from aflite_fast.core import layout
+from aflite_fast.core.preconditioning import KeptPreconditioner
 from aflite_fast.io.inputs import gather_rows
 from aflite_fast.phase.multiple_choice import candidate_rows, gather_items
 from aflite_fast.phase.plan import phase_shape
@@ -40,6 +41,8 @@ class Workspace:
     def __init__(self):
         self.buffer = None
         self._held = None  # (X, center, rows, n_columns) of the rows in the buffer, if any
+        #: the whole-X phase preconditioner kept for the next phase (aflite_fast.phase.local)
+        self.preconditioner = KeptPreconditioner()
 
     def rows(self, n_rows, n_columns, n_threads=1):
         """An (n_rows, n_columns) row array in the workspace's buffer (grown if too small);
