@@ -34,8 +34,9 @@ class Workspace:
     also remembers which rows of which X (and centre) it holds: a later phase whose rows are
     a subset of them (every phase after the first, and every null pass, of an AFLite run)
     moves them to the front in place instead of reading X again (:meth:`gather`), the same
-    float32 values a fresh gather would write.  It changes memory reuse and reads, never
-    results.
+    float32 values a fresh gather would write.  It also keeps small X's phase preconditioner
+    (:class:`~aflite_fast.core.preconditioning.KeptPreconditioner`).  It changes memory reuse,
+    reads and work, never results.
     """
 
     def __init__(self):
