@@ -405,8 +405,9 @@ class KeptPreconditioner:
 
     It keeps the last preconditioner built, by its source (X, the centre and the kernel rows'
     shape, compared by identity and value), form, curvature and L2 weight, and the Gram
-    matrix's double sums of X's rows (when they take at most an eighth of the phase's memory
-    budget), so a new L2 bucket redoes only the inverse.  A kept preconditioner is the same
+    matrix's double sums of X's rows (when they take at most 1/32 of the phase's memory budget:
+    memory held between phases beside the budget's plan), so a new L2 bucket redoes only the
+    inverse.  A kept preconditioner is the same
     bits as one built from the rows: it changes the work, never a result.
     """
 

@@ -191,7 +191,7 @@ def _train(plan, X, codes, active, center, train_pos, *, C, loss, loss_params, w
         precond = phase_preconditioner(read_sample, sampled, plan.d, n_out, Ck, train_pos.shape[1], n_threads,
                                        preconditioner_chunk_rows(budget, plan.d), precond_form, G, whole_x=whole_x,
                                        kept=kept, kept_source=(X, center, (D, plan.position_bias),
-                                                               D * D * 8 <= budget // 8))
+                                                               D * D * 8 <= budget // 32))
         precond_seconds = time.perf_counter() - p0
     in_block = np.empty(n_active, dtype=bool)
     trained = _Trained(coef, n_iter, status, n_eval, 0.0, precond_seconds)
