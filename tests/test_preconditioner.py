@@ -209,6 +209,12 @@ def test_small_x_run_builds_its_preconditioner_once_per_bucket(seed, make_proble
     assert min(h.n_active for h in res.history) < 301  # phases with fewer active rows than columns
     assert built == ["dense"] * 3  # 256, 128, 64
     assert forms == ["dense"] * 16
+    # on one thread: the same bits (a resumed run's are tests/test_checkpoint.py's, small X too)
+    one = aflite_fast.aflite(X, y, target_size=200, n_partitions=8, train_size=0.5, slice_size=25, tau=0.0,
+                             random_state=seed, progress=False, chance_check=False, n_jobs=1)
+    np.testing.assert_array_equal(one.keep, res.keep)
+    np.testing.assert_array_equal(one.scores, res.scores)
+    assert [h.mean_iterations for h in one.history] == [h.mean_iterations for h in res.history]
 
 
 def test_small_x_preconditioner_is_a_function_of_x_and_the_bucket(seed, make_problem, monkeypatch):
