@@ -378,8 +378,8 @@ def whole_x_preconditioner(n_items, n_features, group=1):
     all of X's rows it is a function of X, the centre and the L2 bucket
     (:func:`phase_preconditioner_l2`) alone, the same whichever rows are active, so a run
     builds it once per bucket; a resumed run, a thread count, a memory budget and the Dask
-    backend give the same bits.  Larger X (more rows than the sample) keep the active-row
-    sample of today.
+    backend give the same bits.  Larger X (more rows than the sample) keep the sample of their
+    active rows and the L2 weight of t.
     """
     D = int(n_features) + 1
     return preconditioner_sample(n_items, -(-D // max(1, int(group)))).size == int(n_items)
@@ -407,8 +407,8 @@ class KeptPreconditioner:
     shape, compared by identity and value), form, curvature and L2 weight, and the Gram
     matrix's double sums of X's rows (when they take at most 1/32 of the phase's memory budget:
     memory held between phases beside the budget's plan), so a new L2 bucket redoes only the
-    inverse.  A kept preconditioner is the same
-    bits as one built from the rows: it changes the work, never a result.
+    inverse.  A kept preconditioner is the same bits as one built from the rows: it changes the
+    work, never a result.
     """
 
     def __init__(self):
