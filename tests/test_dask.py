@@ -157,10 +157,10 @@ def test_score_phase_bitwise_shards_float16_blocks(client, seed, tmp_path):
     moved = remote.bytes_moved
     assert moved["counts_back"] == active.size * (1 + 1 + 8 + 2 * 8)  # seen, correct in uint8 (6 models)
     assert moved["predict_weights"] == 2 * (X.shape[1] + 1) * 6 * 2 * 4
-    # the preconditioner's sample (every active row here) is sent to the worker holding most of
-    # it, and the (D x D) preconditioner comes back
-    on_each = np.diff(np.searchsorted(active, [0, 750, 1500]))
-    assert moved["precond_rows"] == (active.size - on_each.max()) * 21 * 4 + 21 * 21 * 4
+    # the preconditioner's sample (X is small: every row of X, active or not, 750 on each
+    # worker; preconditioning.whole_x_preconditioner) is sent to the worker holding most of it
+    # (the first of a tie), and the (D x D) preconditioner comes back
+    assert moved["precond_rows"] == (X.shape[0] - 750) * 21 * 4 + 21 * 21 * 4
     assert remote.rounds == local.n_eval.max()  # every round evaluates the models still running
     assert moved["weights_out"] > 0 and moved["sums_back"] > 0
     assert moved["total"] == sum(v for k, v in moved.items() if k != "total")

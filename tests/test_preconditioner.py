@@ -12,6 +12,11 @@ d. Wide rows (fewer rows than columns): the estimator builds no preconditioner (
 e. The choice of form: none where the sample has fewer rows than columns, dense up to
    preconditioning.DENSE_MAX_COLUMNS, else diagonal; a budget too small for one falls back to the next
    (down to none), never to a MemoryError.
+f. Small X (its sample would be every row): a phase's preconditioner is estimated from all of
+   X's rows with the L2 weight of the power of two at or below t, a function of X and that
+   bucket alone: a run builds it once per bucket, and a kept one, a fresh one (a resumed run)
+   and one on another thread count are the same bits.  Larger X: the phase's preconditioner is
+   still the one of the sample of its active rows with the L2 weight of t.
 """
 import warnings
 
@@ -148,3 +153,134 @@ def test_dense_sample_rows_capped_but_at_least_four_per_column(n_columns, expect
     assert np.all(np.diff(sample) > 0)
     assert preconditioning.preconditioner_sample(1000, n_columns).size == 1000
     assert preconditioning.preconditioner_sample(10**6, n_columns, "diagonal").size == 2048
+
+
+def _spy_on_built(monkeypatch):
+    """Record the form of every preconditioner finished from its sums (kept ones are not)."""
+    built = []
+    real = preconditioning._from_second_moments
+
+    def spy(*args, **kwargs):
+        out = real(*args, **kwargs)
+        built.append(out.form)
+        return out
+
+    monkeypatch.setattr(preconditioning, "_from_second_moments", spy)
+    return built
+
+
+def test_whole_x_rule_from_the_sizes():
+    # every row of X in the sample: 8 per column of D = d + 1, at least 2048 (items: D / K columns)
+    assert preconditioning.whole_x_preconditioner(1580, 1024)
+    assert preconditioning.whole_x_preconditioner(8 * 769, 768)
+    assert not preconditioning.whole_x_preconditioner(8 * 769 + 1, 768)
+    assert preconditioning.whole_x_preconditioner(2048, 20)
+    assert not preconditioning.whole_x_preconditioner(2049, 20)
+    assert not preconditioning.whole_x_preconditioner(200_000, 768)
+    assert preconditioning.whole_x_preconditioner(2048, 3 * 1000, group=3)
+    assert [preconditioning.reference_train_size(t) for t in (1, 2, 3, 255, 256, 257, 790, 0)] == [
+        1, 2, 2, 128, 256, 256, 512, 1]
+    assert preconditioning.phase_preconditioner_l2(0.5, 790) == 1 / (0.5 * 790)
+    assert preconditioning.phase_preconditioner_l2(0.5, 790, whole_x=True) == 1 / (0.5 * 512)
+
+
+def test_small_x_run_builds_its_preconditioner_once_per_bucket(seed, make_problem, monkeypatch):
+    # f. t falls from 300 to below 128 over the run: buckets 256, 128 and 64, one inverse each,
+    # and a preconditioner in every phase, also once the active rows are fewer than the columns
+    import aflite_fast
+    from aflite_fast.core import solver as solver_module
+
+    rng = np.random.default_rng(seed)
+    X, y = make_problem(rng, 600, 300, 2, signal=0.5)  # 600 rows, D = 301: whole-X
+    assert preconditioning.whole_x_preconditioner(600, 300)
+    built = _spy_on_built(monkeypatch)
+    forms = []
+    real_train = solver_module.train_models
+
+    def train_models(*args, **kwargs):
+        forms.append(None if kwargs["precond"] is None else kwargs["precond"].form)
+        return real_train(*args, **kwargs)
+
+    monkeypatch.setattr(solver_module, "train_models", train_models)
+    res = aflite_fast.aflite(X, y, target_size=200, n_partitions=8, train_size=0.5, slice_size=25, tau=0.0,
+                             random_state=seed, progress=False, chance_check=False, n_jobs=2)
+    sizes = [h.train_size for h in res.history]
+    assert len(sizes) == 16 and sizes[0] == 300 and sizes[-1] < 128
+    assert min(h.n_active for h in res.history) < 301  # phases with fewer active rows than columns
+    assert built == ["dense"] * 3  # 256, 128, 64
+    assert forms == ["dense"] * 16
+    # on one thread: the same bits (a resumed run's are tests/test_checkpoint.py's, small X too)
+    one = aflite_fast.aflite(X, y, target_size=200, n_partitions=8, train_size=0.5, slice_size=25, tau=0.0,
+                             random_state=seed, progress=False, chance_check=False, n_jobs=1)
+    np.testing.assert_array_equal(one.keep, res.keep)
+    np.testing.assert_array_equal(one.scores, res.scores)
+    assert [h.mean_iterations for h in one.history] == [h.mean_iterations for h in res.history]
+
+
+def test_small_x_preconditioner_is_a_function_of_x_and_the_bucket(seed, make_problem, monkeypatch):
+    # f. the kept preconditioner (a run's later phase) gives the bits of one built afresh (a
+    # resumed run's first phase, a new backend) and of one on another thread count
+    from aflite_fast.phase import gather, local, partitions
+
+    rng = np.random.default_rng(seed)
+    X, y = make_problem(rng, 900, 24, 3, signal=0.5)
+    assert preconditioning.whole_x_preconditioner(900, 24)
+    center = X.mean(axis=0).astype(np.float32)
+    codes = y.astype(np.int32)
+    ws = gather.Workspace()
+    local.score_phase(X, codes, np.arange(900, dtype=np.int64), center,
+                      partitions.partition_train_positions(1, 0, 900, 300, 6), n_classes=3, workspace=ws, n_threads=2)
+    active = np.sort(rng.choice(900, 600, replace=False)).astype(np.int64)
+    train_pos = partitions.partition_train_positions(1, 1, 600, 270, 6)  # 300 and 270: bucket 256 both
+    built = _spy_on_built(monkeypatch)
+    kept = local.score_phase(X, codes, active, center, train_pos, n_classes=3, workspace=ws, n_threads=2)
+    assert built == []  # the first phase's, kept
+    fresh = local.score_phase(X, codes, active, center, train_pos, n_classes=3, n_threads=1)
+    assert built == ["dense"]
+    for name in ("coef", "n_iter", "n_eval", "seen", "correct", "prob_label"):
+        np.testing.assert_array_equal(getattr(kept, name), getattr(fresh, name))
+    # a new bucket (t = 120: 64) with the kept Gram matrix's sums: the bits of a fresh build
+    train_pos = partitions.partition_train_positions(1, 2, 600, 120, 6)
+    kept = local.score_phase(X, codes, active, center, train_pos, n_classes=3, workspace=ws, n_threads=2)
+    fresh = local.score_phase(X, codes, active, center, train_pos, n_classes=3, n_threads=1)
+    assert built == ["dense"] * 3
+    np.testing.assert_array_equal(kept.coef, fresh.coef)
+    # and a kept preconditioner is not taken for other rows of X
+    X2 = X.copy()
+    X2[0] += 1
+    local.score_phase(X2, codes, active, center, train_pos, n_classes=3, workspace=ws, n_threads=2)
+    assert built == ["dense"] * 4
+
+
+def test_larger_x_phase_preconditioner_is_the_active_rows_sample(seed, make_problem, monkeypatch):
+    # f. X with more rows than the sample: the phase's H0 is the one of the sample of its active
+    # rows with the L2 weight of t, built every phase, exactly as before small X had its rule
+    from aflite_fast.core import solver as solver_module
+    from aflite_fast.phase import gather, local, partitions, plan
+
+    rng = np.random.default_rng(seed)
+    N, d = 3000, 20
+    X, y = make_problem(rng, N, d, 3, signal=0.5)
+    assert not preconditioning.whole_x_preconditioner(N, d)
+    center = X.mean(axis=0).astype(np.float32)
+    codes = y.astype(np.int32)
+    used = []
+    real_train = solver_module.train_models
+
+    def train_models(*args, **kwargs):
+        used.append(kwargs["precond"])
+        return real_train(*args, **kwargs)
+
+    monkeypatch.setattr(solver_module, "train_models", train_models)
+    ws = gather.Workspace()
+    for phase, n_active in enumerate((N, 2500)):
+        active = np.sort(rng.choice(N, n_active, replace=False)).astype(np.int64)
+        t = n_active // 2
+        local.score_phase(X, codes, active, center, partitions.partition_train_positions(1, phase, n_active, t, 6),
+                          n_classes=3, C=2.0, workspace=ws, n_threads=2)
+        sample = active[preconditioning.preconditioner_sample(n_active, d + 1)]
+        assert sample.size < n_active
+        rows = np.ascontiguousarray(layout.augment_rows(X[sample], center))
+        expected = preconditioning.preconditioner(rows, 3, 1.0 / (plan.kernel_C(2.0, 3) * t))
+        np.testing.assert_array_equal(used[-1].dense, expected.dense)
+    assert used[0] is not used[1]

@@ -5,7 +5,10 @@ a. Forms, most to least exact (:data:`PRECOND_FORMS`): dense ``(s X'X/n + l2 I)^
    (:func:`preconditioner_forms` picks from the sizes alone).
 b. The sample it is estimated from: rows spread evenly over the active set
    (:func:`preconditioner_sample`), so it is a function of the active set alone and no model
-   depends on its block or on the backend.
+   depends on its block or on the backend; or, when the sample would hold every row of X
+   (small X, :func:`whole_x_preconditioner`), all of X's rows with the L2 weight of a power of
+   two of the training size (:func:`phase_preconditioner_l2`), a function of X that a run keeps
+   from phase to phase (:class:`KeptPreconditioner`).
 c. Its memory (:func:`preconditioner_bytes`, :func:`phase_preconditioner_bytes`) and the form a
    budget allows (:func:`phase_preconditioner_form`: a cheaper form, with a warning, rather than
    a refusal).
@@ -253,6 +256,13 @@ def preconditioner(rows, n_classes, l2, n_threads=1, form="dense", curvature=Non
     s = (n_classes - 1) / float(n_classes) ** 2 if curvature is None else float(curvature)
     if form == "lowrank":
         return _lowrank_preconditioner(chunks, s, l2, n_threads)
+    acc, n, D = _second_moments(chunks, form, n_threads)
+    return _from_second_moments(acc, n, D, s, l2, form)
+
+
+def _second_moments(chunks, form, n_threads):
+    """The sums the dense (X'X, double) or diagonal (the squares' column sums) form is built
+    from, over the rows of ``chunks``: (sums, rows, columns); see :func:`preconditioner`."""
     acc, n, D = None, 0, None
     for chunk in chunks:
         chunk = np.ascontiguousarray(chunk, dtype=np.float32)
@@ -274,6 +284,12 @@ def preconditioner(rows, n_classes, l2, n_threads=1, form="dense", curvature=Non
         n += chunk.shape[0]
     if acc is None:
         raise ValueError("preconditioner: no rows given")
+    return acc, n, D
+
+
+def _from_second_moments(acc, n, D, s, l2, form):
+    """The dense or diagonal :class:`Preconditioner` from :func:`_second_moments`' sums
+    (``acc``, overwritten), the curvature ``s`` and the L2 weight ``l2``."""
     if n == 0:
         return (Preconditioner("dense", dense=np.eye(D, dtype=np.float32)) if form == "dense"
                 else Preconditioner("diagonal", diag=np.ones(D, dtype=np.float32)))
@@ -350,8 +366,85 @@ def phase_preconditioner_form(n_active, n_features, budget):
     return form
 
 
+def whole_x_preconditioner(n_items, n_features, group=1):
+    """Whether a phase's preconditioner is estimated from all of X's ``n_items`` rows (items of
+    ``group`` candidate rows) rather than from its active rows: when the sample of all of
+    X (:func:`preconditioner_sample`) would be every row of it.
+
+    The active rows of such an X are all in its sample too, so a phase estimated it from
+    them: a new matrix every phase (a Gram matrix and a D x D inverse, 67 ms at 1,580 x 1,025,
+    paid a hundred times in a run of short phases), and none at all once the active rows were
+    fewer than the columns (L-BFGS then took 16-20 iterations a model instead of 5).  From
+    all of X's rows it is a function of X, the centre and the L2 bucket
+    (:func:`phase_preconditioner_l2`) alone, the same whichever rows are active, so a run
+    builds it once per bucket; a resumed run, a thread count, a memory budget and the Dask
+    backend give the same bits.  Larger X (more rows than the sample) keep the sample of their
+    active rows and the L2 weight of t.
+    """
+    D = int(n_features) + 1
+    return preconditioner_sample(n_items, -(-D // max(1, int(group)))).size == int(n_items)
+
+
+def reference_train_size(train_size):
+    """The training-set size whose L2 weight a whole-X preconditioner takes
+    (:func:`whole_x_preconditioner`): the largest power of two at or below ``train_size``
+    (at least 1), so that a run of phases from 790 rows down to 150 needs three."""
+    return 1 << (max(1, int(train_size)).bit_length() - 1)
+
+
+def phase_preconditioner_l2(kernel_C, train_size, whole_x=False):
+    """The L2 weight of a phase's preconditioner: a partition's of ``train_size`` rows, or, for
+    a whole-X preconditioner, of :func:`reference_train_size` rows (within a factor 2 of the
+    models' own: H0 sets the solver's path, never its optimum)."""
+    return 1.0 / (kernel_C * (reference_train_size(train_size) if whole_x else train_size))
+
+
+class KeptPreconditioner:
+    """The whole-X preconditioner (:func:`whole_x_preconditioner`) a run keeps from phase to
+    phase, held by the backend's workspace (one per run and view, never a module global).
+
+    It keeps the last preconditioner built, by its source (X, the centre and the kernel rows'
+    shape, compared by identity and value), form, curvature and L2 weight, and the Gram
+    matrix's double sums of X's rows (when they take at most 1/32 of the phase's memory budget:
+    memory held between phases beside the budget's plan), so a new L2 bucket redoes only the
+    inverse.  A kept preconditioner is the same bits as one built from the rows: it changes the
+    work, never a result.
+    """
+
+    def __init__(self):
+        self._source = None  # (X, centre, shape key)
+        self._sums = None  # (form, sums, rows, columns), never modified
+        self._built = None  # (form, curvature, l2, Preconditioner)
+
+    def _same_source(self, X, center, key):
+        if self._source is None:
+            return False
+        kX, kcenter, kkey = self._source
+        return kX is X and kkey == key and np.array_equal(kcenter, center)
+
+    def get(self, X, center, key, form, s, l2, sums, keep_sums=True):
+        """The preconditioner of ``form``, curvature ``s`` and L2 weight ``l2`` for the rows of
+        ``X`` and ``center`` (``key``: the kernel rows' shape); ``sums()`` gives
+        :func:`_second_moments` of its sample when they are not kept (kept if ``keep_sums``)."""
+        if not self._same_source(X, center, key):
+            self._source, self._sums, self._built = (X, np.array(center, copy=True), key), None, None
+        if self._built is not None and self._built[:3] == (form, s, l2):
+            return self._built[3]
+        self._built = None
+        if self._sums is not None and self._sums[0] == form:
+            acc, n, D = self._sums[1:]
+        else:
+            self._sums = None
+            acc, n, D = sums()
+            if keep_sums:
+                self._sums = (form, acc, n, D)
+        precond = _from_second_moments(acc.copy() if keep_sums else acc, n, D, s, l2, form)
+        self._built = (form, s, l2, precond)
+        return precond
+
+
 def phase_preconditioner(read_rows, active, n_features, n_classes, kernel_C, train_size, n_threads,
-                         chunk_rows=None, form=None, group=1):
+                         chunk_rows=None, form=None, group=1, whole_x=False, kept=None, kept_source=None):
     """The solver's initial inverse Hessian shared by every partition of a phase
     (a ``Preconditioner``).
 
@@ -362,6 +455,11 @@ def phase_preconditioner(read_rows, active, n_features, n_classes, kernel_C, tra
     once; the low-rank form reads its sample at once); the L2 weight is the one of a
     partition of ``train_size`` rows.  ``form`` defaults to the first of
     ``preconditioner_forms`` (see :func:`phase_preconditioner_form` under a budget).
+
+    ``whole_x``: ``active`` is every row (item) of X (:func:`whole_x_preconditioner`) and the
+    L2 weight that of :func:`reference_train_size` rows; ``kept`` (a :class:`KeptPreconditioner`)
+    then gives the one built for an earlier phase when it is the same, for ``kept_source`` =
+    (X, centre, the kernel rows' shape, whether to keep the Gram matrix's sums).
 
     Multiple choice (``group`` = K): the sample is of items (as many as rows of D / K
     columns would take), ``read_rows(items)`` returns their candidate rows centred within
@@ -375,6 +473,15 @@ def phase_preconditioner(read_rows, active, n_features, n_classes, kernel_C, tra
     step = sample.size if chunk_rows is None or form == "lowrank" else max(1, int(chunk_rows))
     if group > 1 and step < sample.size:  # whole blocks of candidate rows per chunk
         step = max(1, step // (group * PRECOND_BLOCK)) * PRECOND_BLOCK
-    chunks = (read_rows(sample[i:i + step]) for i in range(0, sample.size, max(step, 1)))
-    return preconditioner(chunks, n_classes, 1.0 / (kernel_C * train_size), n_threads, form=form,
-                                 curvature=None if group == 1 else 1.0)
+
+    def chunks():
+        return (read_rows(sample[i:i + step]) for i in range(0, sample.size, max(step, 1)))
+
+    l2 = phase_preconditioner_l2(kernel_C, train_size, whole_x)
+    curvature = None if group == 1 else 1.0
+    if kept is None or form not in ("dense", "diagonal"):
+        return preconditioner(chunks(), n_classes, l2, n_threads, form=form, curvature=curvature)
+    s = (n_classes - 1) / float(n_classes) ** 2 if curvature is None else float(curvature)
+    X, center, key, keep_sums = kept_source
+    return kept.get(X, center, (key, group), form, s, l2, lambda: _second_moments(chunks(), form, n_threads),
+                    keep_sums)

@@ -1203,11 +1203,15 @@ def _phase_preconditioner(client, X, active, G, D, n_out, Ck, t, budget, moved):
     """The phase's preconditioner (:func:`aflite_fast.core.preconditioning.phase_preconditioner`'s),
     built on the worker holding most of the sample's rows: the others send it theirs, and the
     preconditioner (D x D at most) comes here; multiple choice samples items, sent as their
-    item-centred candidate rows.  _WorkerLost when a worker it waits on is lost."""
-    n_active = active.size
+    item-centred candidate rows; small X is sampled over all of its rows, as the local engine
+    samples it (``preconditioning.whole_x_preconditioner``).  _WorkerLost when a worker it
+    waits on is lost."""
+    whole_x = preconditioning.whole_x_preconditioner(X.shape[0], D - 1, G)
+    sampled = np.arange(X.shape[0], dtype=np.int64) if whole_x else active
+    l2 = preconditioning.phase_preconditioner_l2(Ck, t, whole_x)
     curvature = None if G == 1 else 1.0
-    form = preconditioning.phase_preconditioner_form(n_active * G, D - 1, budget)
-    sample = active[preconditioning.preconditioner_sample(n_active, -(-D // G), form)]
+    form = preconditioning.phase_preconditioner_form(sampled.size * G, D - 1, budget)
+    sample = sampled[preconditioning.preconditioner_sample(sampled.size, -(-D // G), form)]
     futs, counts = [], []
     for (addr, lo, hi, r0, r1, _), h in zip(X.ranges, X.held_rows_futures()):
         a, b = (int(v) for v in np.searchsorted(sample, [r0, r1]))
@@ -1220,11 +1224,11 @@ def _phase_preconditioner(client, X, active, G, D, n_out, Ck, t, budget, moved):
             per_worker[addr] = per_worker.get(addr, 0) + c
         home = max(per_worker, key=lambda a: (per_worker[a], a))
         moved["precond_rows"] += sum(c for c, addr in counts if addr != home) * G * D * 4
-        build = client.submit(_build_preconditioner, n_out, 1.0 / (Ck * t), form, curvature, *futs,
+        build = client.submit(_build_preconditioner, n_out, l2, form, curvature, *futs,
                               workers=[home], pure=False)
         [precond] = _wait_tasks(client, [build], set(per_worker))
     else:
-        precond = preconditioning.preconditioner(np.zeros((0, D), np.float32), n_out, 1.0 / (Ck * t), form=form,
+        precond = preconditioning.preconditioner(np.zeros((0, D), np.float32), n_out, l2, form=form,
                                                  curvature=curvature)
     moved["precond_rows"] += precond.nbytes
     return precond

@@ -4,6 +4,7 @@ rows are a subset of this one's, compacted in place)."""
 import numpy as np
 
 from aflite_fast.core import layout
+from aflite_fast.core.preconditioning import KeptPreconditioner
 from aflite_fast.io.inputs import gather_rows
 from aflite_fast.phase.multiple_choice import candidate_rows, gather_items
 from aflite_fast.phase.plan import phase_shape
@@ -33,13 +34,16 @@ class Workspace:
     also remembers which rows of which X (and centre) it holds: a later phase whose rows are
     a subset of them (every phase after the first, and every null pass, of an AFLite run)
     moves them to the front in place instead of reading X again (:meth:`gather`), the same
-    float32 values a fresh gather would write.  It changes memory reuse and reads, never
-    results.
+    float32 values a fresh gather would write.  It also keeps small X's phase preconditioner
+    (:class:`~aflite_fast.core.preconditioning.KeptPreconditioner`).  It changes memory reuse,
+    reads and work, never results.
     """
 
     def __init__(self):
         self.buffer = None
         self._held = None  # (X, center, rows, n_columns) of the rows in the buffer, if any
+        #: the whole-X phase preconditioner kept for the next phase (aflite_fast.phase.local)
+        self.preconditioner = KeptPreconditioner()
 
     def rows(self, n_rows, n_columns, n_threads=1):
         """An (n_rows, n_columns) row array in the workspace's buffer (grown if too small);

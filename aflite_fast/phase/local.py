@@ -34,7 +34,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from aflite_fast.core import layout, prediction, solver
-from aflite_fast.core.preconditioning import phase_preconditioner, phase_preconditioner_form, preconditioner_chunk_rows
+from aflite_fast.core.preconditioning import (
+    phase_preconditioner,
+    phase_preconditioner_form,
+    preconditioner_chunk_rows,
+    whole_x_preconditioner,
+)
 from aflite_fast.io.rows import membership_matrix
 from aflite_fast.phase.gather import gather, gather_new
 from aflite_fast.phase.plan import (
@@ -165,7 +170,12 @@ def _train(plan, X, codes, active, center, train_pos, *, C, loss, loss_params, w
     read_seconds = precond_seconds = 0.0
     precond = None
     if options.precondition:
-        precond_form = phase_preconditioner_form(n_active * G, plan.d, budget)
+        # small X: estimated from all of its rows, kept from phase to phase by the workspace
+        # (whole_x_preconditioner); else from a sample of the active rows
+        whole_x = whole_x_preconditioner(X.shape[0], plan.d, G)
+        sampled = np.arange(X.shape[0], dtype=np.int64) if whole_x else active
+        precond_form = phase_preconditioner_form(sampled.size * G, plan.d, budget)
+        kept = workspace.preconditioner if whole_x and workspace is not None else None
 
         def read_sample(rows):
             nonlocal read_seconds
@@ -178,8 +188,10 @@ def _train(plan, X, codes, active, center, train_pos, *, C, loss, loss_params, w
             return out
 
         p0 = time.perf_counter()
-        precond = phase_preconditioner(read_sample, active, plan.d, n_out, Ck, train_pos.shape[1], n_threads,
-                                       preconditioner_chunk_rows(budget, plan.d), precond_form, G)
+        precond = phase_preconditioner(read_sample, sampled, plan.d, n_out, Ck, train_pos.shape[1], n_threads,
+                                       preconditioner_chunk_rows(budget, plan.d), precond_form, G, whole_x=whole_x,
+                                       kept=kept, kept_source=(X, center, (D, plan.position_bias),
+                                                               D * D * 8 <= budget // 32))
         precond_seconds = time.perf_counter() - p0
     in_block = np.empty(n_active, dtype=bool)
     trained = _Trained(coef, n_iter, status, n_eval, 0.0, precond_seconds)
