@@ -58,9 +58,10 @@ def rows_bytes(n_values, n_rows):
 def fixed_bytes(n_rows, n_models, n_features, n_classes, n_threads, with_proba=False):
     """Bytes of a phase on mapped rows that do not depend on its groups: the per-row arrays (those
     of :func:`aflite_fast.phase.sparse_local.phase_fixed_bytes`, plus each row's length and the
-    groups' row mask), every model's coefficients and the threads' scratch at full width."""
+    groups' row mask), every model's coefficients and column marks, and the threads' scratch at
+    full width."""
     per_row = n_models + 8 + 8 + 4 + 4 + 8 + 8 + 1 + (8 * n_classes if with_proba else 0)
-    return (n_rows * per_row + 8 * n_models * (n_features + 1) * n_classes
+    return (n_rows * per_row + 8 * n_models * (n_features + 1) * n_classes + n_models * n_features
             + n_threads * sparse_solver.thread_bytes(n_features, n_classes))
 
 
@@ -134,7 +135,7 @@ def fit_predict_mapped(X, active, y, lists, heldout, *, n_classes, C, loss="ce",
         return rows
 
     # each model's columns, from one pass over the active rows (the same sets as from all of them at once)
-    columns = [np.zeros(0, dtype=np.int64) for _ in range(m)]
+    marks = np.zeros((m, d), dtype=bool)
     bounds = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(lengths, out=bounds[1:])
     for a, b in row_pieces(bounds, piece):
@@ -142,9 +143,10 @@ def fit_predict_mapped(X, active, y, lists, heldout, *, n_classes, C, loss="ce",
         for j, rows in enumerate(lists):
             lo, hi = np.searchsorted(rows, [a, b])
             if hi > lo:
-                found = sparse_solver.model_column_sets(part, [rows[lo:hi] - a])[0]
-                columns[j] = np.union1d(columns[j], found)
+                marks[j, sparse_solver.model_column_sets(part, [rows[lo:hi] - a])[0]] = True
         del part
+    columns = [np.flatnonzero(mark) for mark in marks]
+    del marks
     width = sparse_solver.local_width(columns)
     per_model = sparse_solver.model_bytes(d, n_classes, options.history, width - 1)
     groups = _group_models(lists, lengths, per_model, budget - fixed, budget)
