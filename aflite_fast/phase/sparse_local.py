@@ -4,7 +4,8 @@
 and returns the same :class:`~aflite_fast.phase.scores.PhaseScores`:
 
 1. the active rows are taken from X once, as CSR in the kernel's types
-   (:class:`~aflite_fast.core.sparse_solver.CSRRows`);
+   (:class:`~aflite_fast.core.sparse_solver.CSRRows`; X memory-mapped from a file larger than
+   the budget is read per group of models instead: :mod:`aflite_fast.phase.sparse_rows`);
 2. the partitions' models train in groups of models that ``max_memory`` holds
    (:func:`model_group_size`), each over the columns its own training rows use; each model's
    bits are the same whatever its group: a model's sums never depend on the other models of the
