@@ -6,7 +6,10 @@ a. Writes N x d float32 embeddings of several GB (skewed feature variances, a sh
    ``--shard-rows`` rows; or ``hf``, a Hugging Face dataset as ``save_to_disk`` writes it
    (``.arrow`` files of 1,000-row record batches, an ``emb`` fixed-size list column and a
    ``label`` column, loaded back with ``datasets.load_from_disk`` to check it), filtered with
-   ``--column emb --labels-column label``.
+   ``--column emb --labels-column label``; or ``npz``: sparse rows, an uncompressed
+   ``scipy.sparse.save_npz`` file (CSR, ``--nnz`` stored values a row over ``--dim`` columns,
+   like hashed n-gram presence; the label is a column of its own in a third of the rows),
+   written a member at a time.
 b. Creates a child memory cgroup (v1 ``memory.limit_in_bytes`` or v2 ``memory.max``) below
    the one this process runs in, with a limit smaller than the file, and proves the limit is
    enforced: a process that allocates more than the limit is killed.
@@ -15,7 +18,8 @@ c. Runs the filter command (``aflite_fast.cli.main(["filter", ...])``, what the
    - drops the page cache and times one sequential read of the file (before and after),
    - samples its anonymous memory (RssAnon of /proc/self/status) every 10 ms,
    - records each phase's seconds (training, prediction, and the reads of X inside them)
-     by wrapping ``local.score_phase`` (results untouched).
+     by wrapping ``local.score_phase`` (``sparse_local.score_phase_sparse`` for ``npz``;
+     results untouched).
 d. Prints a Markdown table and writes everything measured to a JSON file; deletes the
    big file unless ``--keep-file``.
 
@@ -27,6 +31,11 @@ and the same data as shards, or as a Hugging Face dataset, written under ``/data
 
     python benchmarks/out_of_core.py --format shards --path /data/ooc_shards ...
     python benchmarks/out_of_core.py --format hf --path /data/ooc_hf ...
+
+and sparse rows (about 1.2 GB: 2.5M rows x 60 stored values over 2^18 columns, 1 GiB limit)::
+
+    python benchmarks/out_of_core.py --format npz --rows 2500000 --dim 262144 --nnz 60 --limit 1GiB \
+        --max-memory 600MB --partitions 16 --slice-size 10000 --phases 3 --tau 0.6
 """
 import argparse
 import json
@@ -71,6 +80,54 @@ def write_data(path, labels_path, n, d, seed, chunk=50_000):
         y[s:s + len(Z)] = lab
     X.flush()
     del X
+    np.save(labels_path, y)
+
+
+def sparse_chunks(n, d, nnz, seed, chunk=100_000):
+    """Chunks (column indices (r, nnz) int32, labels) of sparse rows: ``nnz`` distinct columns
+    a row, uniform over columns 3..d-1 (sorted draws plus their rank: strictly increasing); in
+    a third of the rows the first is replaced by the label's own column (0, 1 or 2)."""
+    rng = np.random.default_rng(seed)
+    for s in range(0, n, chunk):
+        r = min(n, s + chunk) - s
+        cols = np.sort(rng.integers(0, d - 3 - nnz, size=(r, nnz)), axis=1) + np.arange(nnz) + 3
+        y = rng.integers(0, 3, size=r)
+        cue = rng.random(r) < 1 / 3
+        cols[cue, 0] = y[cue]
+        yield cols.astype(np.int32), y
+
+
+def write_npz(path, labels_path, n, d, nnz, seed):
+    """What ``scipy.sparse.save_npz(path, X, compressed=False)`` writes for CSR X of ``n`` rows x
+    ``d`` columns with ``nnz`` float32 ones a row, streamed member by member (never in memory)."""
+    import zipfile
+
+    total = n * nnz
+    index = np.int32 if total < 2**31 else np.int64
+    y = np.empty(n, dtype=np.int64)
+
+    def member(archive, name, dtype, shape, pieces):
+        with archive.open(name + ".npy", "w", force_zip64=True) as fh:
+            np.lib.format.write_array_header_2_0(fh, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
+                                                      "fortran_order": False, "shape": shape})
+            for piece in pieces:
+                fh.write(np.ascontiguousarray(piece, dtype=dtype).tobytes())
+
+    def indices():
+        start = 0
+        for cols, lab in sparse_chunks(n, d, nnz, seed):
+            y[start:start + len(lab)] = lab
+            start += len(lab)
+            yield cols.ravel()
+
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
+        member(archive, "indices", np.int32, (total,), indices())
+        member(archive, "indptr", index, (n + 1,), (np.arange(s, min(n + 1, s + 1_000_000), dtype=np.int64) * nnz
+                                                    for s in range(0, n + 1, 1_000_000)))
+        member(archive, "format", "<U3", (), [np.array("csr")])
+        member(archive, "shape", np.int64, (2,), [np.array([n, d])])
+        member(archive, "data", np.float32, (total,), (np.ones(min(total, s + 2**24) - s, np.float32)
+                                                       for s in range(0, total, 2**24)))
     np.save(labels_path, y)
 
 
@@ -267,8 +324,8 @@ class PeakAnonSampler:
 
 def child(args):
     sys.path.insert(0, ROOT)
-    from aflite_fast.phase import local
     from aflite_fast.cli import main
+    from aflite_fast.phase import local, sparse_local
 
     sampler = PeakAnonSampler()
     baseline = rss_anon()  # interpreter + numpy + numba + aflite_fast loaded, no data yet
@@ -295,7 +352,11 @@ def child(args):
         print(f"phase {len(phases) - 1}: {json.dumps(phases[-1])}", file=sys.stderr, flush=True)
         return res
 
-    local.score_phase = spy
+    if args.format == "npz":
+        real = sparse_local.score_phase_sparse
+        sparse_local.score_phase_sparse = spy
+    else:
+        local.score_phase = spy
     dropped = drop_caches()
     read_before = sequential_read(args.path)
     drop_caches()
@@ -337,10 +398,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--dim", type=int, default=768)
-    ap.add_argument("--path", default=os.path.join(ROOT, "benchmarks", "_ooc_emb.npy"),
+    ap.add_argument("--path", default=None,
                     help="where the data is written (a directory for --format shards/hf)")
-    ap.add_argument("--format", choices=["npy", "shards", "hf"], default="npy",
-                    help="one .npy file, a directory of .npy shards, or a Hugging Face dataset")
+    ap.add_argument("--format", choices=["npy", "shards", "hf", "npz"], default="npy",
+                    help="one .npy file, a directory of .npy shards, a Hugging Face dataset, or sparse rows "
+                         "(an uncompressed scipy.sparse.save_npz file)")
+    ap.add_argument("--nnz", type=int, default=60, help="stored values a row (--format npz)")
     ap.add_argument("--shard-rows", type=int, default=100_000, help="rows per shard / per .arrow file")
     ap.add_argument("--limit", default="1.5GiB", help="cgroup memory limit")
     ap.add_argument("--max-memory", default="1GB", help="the filter's --max-memory")
@@ -361,6 +424,8 @@ def main():
         return child(args)
 
     args.train_size = args.train_size or args.rows // 50
+    default = "_ooc_sparse.npz" if args.format == "npz" else "_ooc_emb.npy"
+    args.path = args.path or os.path.join(ROOT, "benchmarks", default)
     args.target_size = args.rows - args.phases * args.slice_size
     args.labels = os.path.splitext(args.path.rstrip("/"))[0] + "_labels.npy"
     t0 = time.perf_counter()
@@ -369,6 +434,8 @@ def main():
             write_data(args.path, args.labels, args.rows, args.dim, args.seed)
         elif args.format == "shards":
             write_shards(args.path, args.labels, args.rows, args.dim, args.seed, args.shard_rows)
+        elif args.format == "npz":
+            write_npz(args.path, args.labels, args.rows, args.dim, args.nnz, args.seed)
         else:
             write_hf(args.path, args.rows, args.dim, args.seed, args.shard_rows)
     write_seconds = time.perf_counter() - t0
@@ -409,6 +476,7 @@ def main():
                 elif os.path.exists(f):
                     os.remove(f)
     res.update(returncode=p.returncode, file_bytes=file_bytes, rows=args.rows, dim=args.dim, format=args.format,
+               nnz=args.nnz if args.format == "npz" else None,
                limit=limit, max_memory=args.max_memory, cgroup=summary, limit_proof=proof,
                cgroup_anon_peak=cg_anon_peak, write_seconds=write_seconds,
                params=dict(partitions=args.partitions, train_size=args.train_size,
@@ -422,7 +490,9 @@ def main():
 def print_table(r):
     gb = 1e9
     read = min(r["read_before"], r["read_after"])
-    print(f"\n{r.get('format', 'npy')}: {r['file_bytes'] / gb:.2f} GB ({r['rows']} x {r['dim']} float32), cgroup limit "
+    shape = (f"{r['rows']} x {r['dim']} CSR, {r['nnz']} float32 values a row" if r.get("format") == "npz"
+             else f"{r['rows']} x {r['dim']} float32")
+    print(f"\n{r.get('format', 'npy')}: {r['file_bytes'] / gb:.2f} GB ({shape}), cgroup limit "
           f"{r['limit'] / gb:.2f} GB, --max-memory {r['max_memory']}; exit code {r['returncode']}")
     print(f"one sequential read: {r['read_before']:.2f} s before, {r['read_after']:.2f} s after "
           f"({r['file_bytes'] / read / gb:.2f} GB/s best)")

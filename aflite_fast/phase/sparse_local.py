@@ -4,7 +4,8 @@
 and returns the same :class:`~aflite_fast.phase.scores.PhaseScores`:
 
 1. the active rows are taken from X once, as CSR in the kernel's types
-   (:class:`~aflite_fast.core.sparse_solver.CSRRows`);
+   (:class:`~aflite_fast.core.sparse_solver.CSRRows`; X memory-mapped from a file larger than
+   the budget is read per group of models instead: :mod:`aflite_fast.phase.sparse_rows`);
 2. the partitions' models train in groups of models that ``max_memory`` holds
    (:func:`model_group_size`), each over the columns its own training rows use; each model's
    bits are the same whatever its group: a model's sums never depend on the other models of the
@@ -24,6 +25,7 @@ from aflite_fast.core.solver import SolverOptions
 from aflite_fast.io.rows import membership_matrix
 from aflite_fast.phase.plan import kernel_C
 from aflite_fast.phase.scores import PhaseScores
+from aflite_fast.phase.sparse_rows import fit_predict_mapped, held_rows
 from aflite_fast.runtime.memory import format_size, parse_memory
 
 
@@ -72,17 +74,21 @@ def score_phase_sparse(X, codes, active, center, train_pos, *, n_classes, C=1.0,
     options = options or SolverOptions()
     budget = parse_memory(max_memory)
     t0 = time.perf_counter()
-    rows = sparse_solver.CSRRows(X, active)
-    read_seconds = time.perf_counter() - t0
     m, t = train_pos.shape
+    # the active rows in memory, or None: X mapped from a file larger than the budget (phase.sparse_rows)
+    rows = held_rows(X, active, budget, n_models=m, n_classes=n_classes, n_threads=n_threads,
+                     history=options.history, with_proba=proba_sum is not None)
+    read_seconds = time.perf_counter() - t0
     y = np.ascontiguousarray(codes[active], dtype=np.int32)
     lists = [np.ascontiguousarray(tp[tp >= 0], dtype=np.int64) for tp in train_pos]
-    member = membership_matrix(train_pos, rows.n_rows, np.empty((rows.n_rows, m), dtype=np.uint8))
+    member = membership_matrix(train_pos, active.size, np.empty((active.size, m), dtype=np.uint8))
     heldout = np.subtract(1, member, out=member)
-    fit = fit_predict(rows, y, lists, heldout, n_classes=n_classes, C=kernel_C(C, n_classes), loss=loss,
-                      loss_params=loss_params, options=options, budget=budget, n_threads=n_threads,
-                      warm_coef=warm_coef, proba_sum=proba_sum, on_block=on_block)
-    seconds = dict(fit["seconds"], read_train=read_seconds, read_predict=0.0)
+    solver = dict(n_classes=n_classes, C=kernel_C(C, n_classes), loss=loss, loss_params=loss_params, options=options,
+                  budget=budget, n_threads=n_threads, warm_coef=warm_coef, proba_sum=proba_sum, on_block=on_block)
+    fit = (fit_predict(rows, y, lists, heldout, **solver) if rows is not None
+           else fit_predict_mapped(X, active, y, lists, heldout, **solver))
+    seconds = {"read_train": 0.0, "read_predict": 0.0, **fit["seconds"]}
+    seconds["read_train"] += read_seconds
     seconds["train"] += read_seconds
     return PhaseScores(seen=fit["seen"], correct=fit["correct"], prob_label=fit["prob_label"], coef=fit["coef"],
                        n_iter=fit["n_iter"], status=fit["status"], n_blocks=fit["n_groups"], seconds=seconds,
