@@ -15,6 +15,17 @@
  *    feature-major stack W (d + 1, B, C): a non-zero adds x * W[j] (B * C contiguous floats)
  *    to the row's logits.  Rows are independent (threads split the rows) and each row's counts
  *    are added in model order, so calling it on models in groups gives the same bits.
+ * D. Newton-CG (afl_sparse_newton), the solver of the cross-entropy loss: each model over its
+ *    own columns (k of them; local row k the intercept), weights feature-major (a column's C
+ *    weights side by side), by one thread from start to end (threads split the models), so no
+ *    bit depends on the thread count or on the other models of the call.  Each step solves
+ *    H s = -g by conjugate gradients preconditioned by the Hessian's diagonal (each
+ *    Hessian-vector product one pass over the model's rows, from the rows' probabilities at
+ *    the current point), to a residual of min(0.5, sqrt|g|) |g|, then backtracks from the
+ *    full step until the Armijo condition holds.  It stops, as the L-BFGS solver does, when
+ *    the largest gradient entry is at most gtol (a cold start: also at most start_rtol times
+ *    its value at zero) or the objective's relative decrease is at most ftol.  State per
+ *    model: 10 vectors of (k + 1) C doubles and 2 C doubles per training row.
  */
 #ifndef AFL_SPARSE_H
 #define AFL_SPARSE_H
@@ -33,5 +44,22 @@ int afl_sparse_predict(int64_t n, const int64_t *indptr, const int32_t *indices,
 
 void afl_sparse_mark_columns(const int64_t *indptr, const int32_t *indices, int64_t n_rows, const int64_t *rows,
                              uint8_t *mark);
+
+enum {
+    AFL_SOLVER_CONVERGED = 0,
+    AFL_SOLVER_MAX_ITER = 1,
+    AFL_SOLVER_LINE_SEARCH = 2,
+    AFL_SOLVER_NOT_FINITE = 3
+};
+
+/* Newton-CG (D) for B models: model a trains on rows[rptr[a]:rptr[a+1]] over the columns
+ * cols[cptr[a]:cptr[a+1]] (sorted, < d) and its weights w[wptr[a]:] ((k + 1) C doubles,
+ * feature-major, intercept last; start in, solution out).  Returns -1 when scratch memory
+ * could not be allocated. */
+int afl_sparse_newton(const int64_t *indptr, const int32_t *indices, const float *data, const int32_t *y, int C,
+                      int64_t d, int64_t B, const int64_t *rptr, const int64_t *rows, const int64_t *cptr,
+                      const int64_t *cols, double *w, const int64_t *wptr, const double *l2, double gtol,
+                      double start_rtol, double ftol, int max_iter, int max_ls, int max_cg, int32_t *n_iter,
+                      int32_t *status, double *fval, int32_t *n_eval, int32_t *n_hvp, int n_threads);
 
 #endif

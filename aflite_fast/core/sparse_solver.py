@@ -28,9 +28,17 @@ prediction weights and its column map, and ``12 P`` per thread.
 import numpy as np
 
 from aflite_fast.core.compiled import _kernel
+from aflite_fast.core.loss_names import LOSS_CODES
 from aflite_fast.core.losses import resolve_loss
-from aflite_fast.core.solver import SolverOptions, train_models_with
+from aflite_fast.core.solver import START_RTOL, SolverOptions, train_models_with
 from aflite_fast.runtime.threads import limit_blas_threads
+
+#: The sparse solvers of :func:`train_sparse_models`.
+SOLVERS = ("auto", "newton", "lbfgs")
+
+#: Conjugate-gradient steps a Newton step takes at most (they stop earlier at the residual
+#: min(0.5, sqrt|g|) |g|).
+NEWTON_MAX_CG = 250
 
 
 def _sparse_kernel():
@@ -43,12 +51,25 @@ def _sparse_kernel():
     return _sparse_kernel
 
 
-def model_bytes(n_features, n_classes, history=10, n_columns=None):
-    """Bytes one model of a sparse phase holds while it trains (see the module docstring):
-    ``n_columns`` (default ``n_features``) the most columns a model uses."""
+def model_bytes(n_features, n_classes, history=10, n_columns=None, solver="newton"):
+    """Bytes one model of a sparse phase holds while its group trains (see the module docstring):
+    ``n_columns`` (default ``n_features``) the most columns a model uses; ``solver`` the one
+    that trains it ("newton": the solver's scratch is per thread, :func:`newton_thread_bytes`)."""
     d, C = int(n_features), int(n_classes)
     P = ((d if n_columns is None else int(n_columns)) + 1) * C
-    return (88 + 16 * int(history)) * P + 12 * (d + 1) * C + 4 * d
+    if solver == "lbfgs":
+        return (88 + 16 * int(history)) * P + 12 * (d + 1) * C + 4 * d
+    return 8 * P + 12 * (d + 1) * C
+
+
+def newton_thread_bytes(n_features, n_classes, n_columns=None, n_rows=0):
+    """Scratch bytes of each thread of the Newton-CG solver, solving one model of at most
+    ``n_columns`` columns and ``n_rows`` training rows: ten vectors of ``P = (k + 1) C``
+    doubles, each row's probabilities at the current and trial points and the thread's column
+    map, ``80 P + 16 (t + 1) C + 4 d``."""
+    d, C = int(n_features), int(n_classes)
+    P = ((d if n_columns is None else int(n_columns)) + 1) * C
+    return 80 * P + 16 * (int(n_rows) + 1) * C + 4 * d
 
 
 def thread_bytes(n_features, n_classes):
@@ -101,7 +122,7 @@ def local_width(columns):
 
 
 def train_sparse_models(rows, y, train_lists, n_classes, *, C=1.0, loss="ce", loss_params=None, coef=None,
-                        precond=None, options=None, n_threads=1, columns=None, width=None):
+                        precond=None, options=None, n_threads=1, columns=None, width=None, solver="auto"):
     """Train one model per entry of ``train_lists`` on those rows of the CSR ``rows``.
 
     Each model is solved over its own columns only (those its training rows use, ``columns``;
@@ -127,7 +148,12 @@ def train_sparse_models(rows, y, train_lists, n_classes, *, C=1.0, loss="ce", lo
     columns : list of int64 arrays, optional
         Each model's columns (default: :func:`model_column_sets`).
     width : int, optional
-        The local rows D (default: :func:`local_width` of ``columns``).
+        The local rows D of the L-BFGS solver (default: :func:`local_width` of ``columns``).
+    solver : {"auto", "newton", "lbfgs"}, default="auto"
+        ``"newton"``: Newton-CG (:func:`_train_newton`), the cross-entropy loss only;
+        ``"lbfgs"``: the dense kernel's batched L-BFGS over the local columns; ``"auto"``:
+        Newton-CG where it applies (:func:`newton_applies`), else L-BFGS.  Both stop by the
+        same rule and reach the same optimum, within the solver's tolerance.
 
     Returns
     -------
@@ -137,12 +163,19 @@ def train_sparse_models(rows, y, train_lists, n_classes, *, C=1.0, loss="ce", lo
     options = options or SolverOptions()
     B, d = len(train_lists), rows.n_features
     columns = model_column_sets(rows, train_lists) if columns is None else columns
+    spec = resolve_loss(loss, loss_params, n_classes)
+    if solver not in SOLVERS:
+        raise ValueError(f"solver must be one of {', '.join(SOLVERS)}, got {solver!r}")
+    if solver == "newton" and not newton_applies(spec):
+        raise ValueError(f"solver='newton' takes the cross-entropy loss only, got loss {spec.name!r}")
+    if solver == "newton" or (solver == "auto" and newton_applies(spec)):
+        return _train_newton(rows, y, train_lists, n_classes, C=C, coef=coef, options=options,
+                             n_threads=n_threads, columns=columns)
     D = local_width(columns) if width is None else int(width)
     Dp = _kernel.member_width(D)
     y = np.ascontiguousarray(y, dtype=np.int32)
     rptr, flat = model_lists(train_lists)
     n_rows = np.diff(rptr)
-    spec = resolve_loss(loss, loss_params, n_classes)
     colmap = np.zeros((B, d), dtype=np.int32)
     local = np.zeros((B, D, n_classes), dtype=np.float64)
     if coef is None:
@@ -171,6 +204,51 @@ def train_sparse_models(rows, y, train_lists, n_classes, *, C=1.0, loss="ce", lo
         coef[j, cols] = local[j, :cols.size]
         coef[j, -1] = local[j, -1]
     return coef, info
+
+
+def phase_solver(loss, loss_params, n_classes):
+    """The solver :func:`train_sparse_models` picks for this loss ("newton" or "lbfgs")."""
+    return "newton" if newton_applies(resolve_loss(loss, loss_params, n_classes)) else "lbfgs"
+
+
+def newton_applies(spec):
+    """True when Newton-CG solves this resolved loss: plain cross-entropy (its Hessian is the
+    one :func:`_train_newton` computes)."""
+    return spec.code == LOSS_CODES["ce"] and not spec.address and getattr(spec, "warmup", None) is None
+
+
+def _train_newton(rows, y, train_lists, n_classes, *, C, coef, options, n_threads, columns):
+    """:func:`train_sparse_models` by Newton-CG (``_sparse_kernel.sparse_newton``): each model
+    over its own columns at its own width, by one thread, so neither the thread count nor the
+    other models of the call change a bit.  ``options.max_iter`` counts Newton steps,
+    ``options.max_line_search`` backtracking steps; ``history`` and ``precondition`` do not
+    apply (the conjugate gradients are preconditioned by the Hessian's diagonal)."""
+    B, d = len(train_lists), rows.n_features
+    y = np.ascontiguousarray(y, dtype=np.int32)
+    rptr, flat = model_lists(train_lists)
+    n_rows = np.diff(rptr)
+    if np.any(n_rows == 0):
+        raise ValueError("every model needs at least one training row")
+    if coef is None:
+        coef = np.zeros((B, d + 1, n_classes), dtype=np.float64)
+    cptr = np.zeros(B + 1, dtype=np.int64)
+    cptr[1:] = np.cumsum([c.size for c in columns])
+    cols = np.concatenate(columns).astype(np.int64) if B else np.zeros(0, np.int64)
+    w = np.concatenate([np.concatenate([coef[j, c], coef[j, -1:]]).ravel() for j, c in enumerate(columns)])
+    l2 = 1.0 / (float(C) * n_rows)
+    n_iter, status, fval, n_eval, n_hvp = _sparse_kernel().sparse_newton(
+        rows.indptr, rows.indices, rows.data, y, n_classes, d, rptr, flat, cptr, cols, w, l2,
+        options.tol, START_RTOL, options.ftol, options.max_iter, options.max_line_search, NEWTON_MAX_CG,
+        n_threads)
+    coef[:] = 0.0
+    at = 0
+    for j, c in enumerate(columns):
+        size = (c.size + 1) * n_classes
+        local = w[at:at + size].reshape(c.size + 1, n_classes)
+        coef[j, c] = local[:-1]
+        coef[j, -1] = local[-1]
+        at += size
+    return coef, {"n_iter": n_iter, "status": status, "objective": fval, "n_eval": n_eval, "n_hvp": n_hvp}
 
 
 def stack_weights_sparse(coef):
