@@ -139,70 +139,83 @@ void afl_sparse_mark_columns(const int64_t *indptr, const int32_t *indices, int6
 /* ---- Newton-CG for the cross-entropy loss (afl_sparse.h, D) ---------------------------------- */
 
 typedef struct {
-    const int64_t *indptr;
-    const int32_t *indices;
-    const float *data;
-    const int32_t *y;
-    const int64_t *rows;     /* the model's training rows */
-    int64_t n;               /* how many */
-    const int32_t *cm;       /* global column -> local row (filled for the model's columns) */
-    int64_t k;               /* the model's columns; row k of the weights is the intercept */
+    const int64_t *colptr;   /* the model's own rows as CSC over its own columns: column j's */
+    const int32_t *rowind;   /* entries colptr[j]..colptr[j + 1], rows (0..n-1) increasing */
+    const float *val;
+    const int32_t *y;        /* the rows' labels */
+    int64_t n;               /* its training rows */
+    int64_t k;               /* its columns; row k of the weights is the intercept */
     int C;
     double inv_n, l2;
 } afl_newton_model;
 
+/* Z (n x C) = the rows' products with w (the intercept included), column by column: the weights
+ * are read in order and only the rows' small array at random. */
+static void newton_rows_times(const afl_newton_model *M, const double *w, double *Z)
+{
+    const int C = M->C;
+    const int64_t k = M->k;
+    for (int64_t q = 0; q < M->n; q++)
+        for (int c = 0; c < C; c++) Z[q * C + c] = w[k * C + c];
+    for (int64_t j = 0; j < k; j++) {
+        const double *wj = w + j * C;
+        for (int64_t e = M->colptr[j]; e < M->colptr[j + 1]; e++) {
+            double *z = Z + (int64_t)M->rowind[e] * C;
+            const double x = M->val[e];
+            for (int c = 0; c < C; c++) z[c] += x * wj[c];
+        }
+    }
+}
+
 /* Objective (mean row loss plus l2 / 2 times the squared feature weights), its gradient g,
  * each row's probabilities (prob, n x C) and the diagonal of the Hessian (hd; the intercept
  * row's C entries replaced by their mean, so that the preconditioner keeps the intercept's
- * class sum); all in double, rows in the order given. */
+ * class sum); all in double.  Z: n x C scratch. */
 static double newton_eval(const afl_newton_model *M, const double *w, double *g, double *prob, double *hd,
-                          double *zd)
+                          double *Z)
 {
     const int C = M->C;
-    const int64_t k = M->k, P = (k + 1) * (int64_t)C;
-    const double *wi = w + k * C;
+    const int64_t k = M->k;
     double loss = 0.0;
-    memset(g, 0, (size_t)P * sizeof(double));
-    memset(hd, 0, (size_t)P * sizeof(double));
+    newton_rows_times(M, w, Z);
+    for (int c = 0; c < C; c++) { g[k * C + c] = 0.0; hd[k * C + c] = 0.0; }
     for (int64_t q = 0; q < M->n; q++) {
-        const int64_t i = M->rows[q];
-        const int64_t e0 = M->indptr[i], e1 = M->indptr[i + 1];
+        const double *z = Z + q * C;
         double *p = prob + q * C;
-        for (int c = 0; c < C; c++) zd[c] = wi[c];
-        for (int64_t e = e0; e < e1; e++) {
-            const double *wr = w + (int64_t)M->cm[M->indices[e]] * C;
-            const double v = M->data[e];
-            for (int c = 0; c < C; c++) zd[c] += v * wr[c];
-        }
-        double zmax = zd[0];
+        double zmax = z[0];
         for (int c = 1; c < C; c++)
-            if (zd[c] > zmax) zmax = zd[c];
+            if (z[c] > zmax) zmax = z[c];
         double s = 0.0;
-        for (int c = 0; c < C; c++) { p[c] = exp(zd[c] - zmax); s += p[c]; }
+        for (int c = 0; c < C; c++) { p[c] = exp(z[c] - zmax); s += p[c]; }
         const double inv = 1.0 / s;
         for (int c = 0; c < C; c++) p[c] *= inv;
-        const int yi = M->y[i];
-        loss += zmax + log(s) - zd[yi];
-        /* zd now holds the row's gradient of the loss by the logits, then the Hessian's diagonal */
-        for (int64_t e = e0; e < e1; e++) {
-            const int64_t r = (int64_t)M->cm[M->indices[e]] * C;
-            const double v = M->data[e];
-            for (int c = 0; c < C; c++) {
-                const double gc = p[c] - (c == yi);
-                g[r + c] += v * gc;
-                hd[r + c] += v * v * (p[c] * (1.0 - p[c]));
-            }
-        }
+        const int yi = M->y[q];
+        loss += zmax + log(s) - z[yi];
         for (int c = 0; c < C; c++) {
             g[k * C + c] += p[c] - (c == yi);
             hd[k * C + c] += p[c] * (1.0 - p[c]);
         }
     }
     double reg = 0.0;
-    for (int64_t r = 0; r < k * C; r++) {
-        reg += w[r] * w[r];
-        g[r] = g[r] * M->inv_n + M->l2 * w[r];
-        hd[r] = hd[r] * M->inv_n + M->l2;
+    for (int64_t j = 0; j < k; j++) {
+        double gj[AFL_NEWTON_MAX_C], hj[AFL_NEWTON_MAX_C];
+        for (int c = 0; c < C; c++) { gj[c] = 0.0; hj[c] = 0.0; }
+        for (int64_t e = M->colptr[j]; e < M->colptr[j + 1]; e++) {
+            const int64_t q = M->rowind[e];
+            const double *p = prob + q * C;
+            const double x = M->val[e];
+            const int yi = M->y[q];
+            for (int c = 0; c < C; c++) {
+                gj[c] += x * (p[c] - (c == yi));
+                hj[c] += x * x * (p[c] * (1.0 - p[c]));
+            }
+        }
+        for (int c = 0; c < C; c++) {
+            const double wv = w[j * C + c];
+            reg += wv * wv;
+            g[j * C + c] = gj[c] * M->inv_n + M->l2 * wv;
+            hd[j * C + c] = hj[c] * M->inv_n + M->l2;
+        }
     }
     double hm = 0.0;
     for (int c = 0; c < C; c++) {
@@ -214,34 +227,34 @@ static double newton_eval(const afl_newton_model *M, const double *w, double *g,
     return loss * M->inv_n + 0.5 * M->l2 * reg;
 }
 
-/* out = H v: the Hessian of the objective at the point whose probabilities are prob. */
-static void newton_hvp(const afl_newton_model *M, const double *prob, const double *v, double *out, double *u)
+/* out = H v: the Hessian of the objective at the point whose probabilities are prob.  U: n x C
+ * scratch. */
+static void newton_hvp(const afl_newton_model *M, const double *prob, const double *v, double *out, double *U)
 {
     const int C = M->C;
-    const int64_t k = M->k, P = (k + 1) * (int64_t)C;
-    const double *vi = v + k * C;
-    memset(out, 0, (size_t)P * sizeof(double));
+    const int64_t k = M->k;
+    newton_rows_times(M, v, U);
+    for (int c = 0; c < C; c++) out[k * C + c] = 0.0;
     for (int64_t q = 0; q < M->n; q++) {
-        const int64_t i = M->rows[q];
-        const int64_t e0 = M->indptr[i], e1 = M->indptr[i + 1];
+        double *u = U + q * C;
         const double *p = prob + q * C;
-        for (int c = 0; c < C; c++) u[c] = vi[c];
-        for (int64_t e = e0; e < e1; e++) {
-            const double *vr = v + (int64_t)M->cm[M->indices[e]] * C;
-            const double x = M->data[e];
-            for (int c = 0; c < C; c++) u[c] += x * vr[c];
-        }
         double pu = 0.0;
         for (int c = 0; c < C; c++) pu += p[c] * u[c];
-        for (int c = 0; c < C; c++) u[c] = p[c] * (u[c] - pu);
-        for (int64_t e = e0; e < e1; e++) {
-            double *o = out + (int64_t)M->cm[M->indices[e]] * C;
-            const double x = M->data[e];
-            for (int c = 0; c < C; c++) o[c] += x * u[c];
+        for (int c = 0; c < C; c++) {
+            u[c] = p[c] * (u[c] - pu);
+            out[k * C + c] += u[c];
         }
-        for (int c = 0; c < C; c++) out[k * C + c] += u[c];
     }
-    for (int64_t r = 0; r < k * C; r++) out[r] = out[r] * M->inv_n + M->l2 * v[r];
+    for (int64_t j = 0; j < k; j++) {
+        double oj[AFL_NEWTON_MAX_C];
+        for (int c = 0; c < C; c++) oj[c] = 0.0;
+        for (int64_t e = M->colptr[j]; e < M->colptr[j + 1]; e++) {
+            const double *u = U + (int64_t)M->rowind[e] * C;
+            const double x = M->val[e];
+            for (int c = 0; c < C; c++) oj[c] += x * u[c];
+        }
+        for (int c = 0; c < C; c++) out[j * C + c] = oj[c] * M->inv_n + M->l2 * v[j * C + c];
+    }
     for (int c = 0; c < C; c++) out[k * C + c] *= M->inv_n;
 }
 
@@ -263,19 +276,19 @@ static double vmaxabs(const double *a, int64_t P)
 /* One model: Newton steps from w (P = (k + 1) C doubles, updated in place).  Returns -1 when
  * scratch could not be allocated. */
 static int newton_solve(const afl_newton_model *M, double *w, double gtol, double start_rtol, double ftol,
-                        int max_iter, int max_ls, int max_cg, int32_t *n_iter, int32_t *status, double *fval,
-                        int32_t *n_eval, int32_t *n_hvp)
+                        int max_iter, int max_ls, int max_cg, double cg_eta, double cg_abs, int32_t *n_iter,
+                        int32_t *status, double *fval, int32_t *n_eval, int32_t *n_hvp)
 {
     const int C = M->C;
     const int64_t P = (M->k + 1) * (int64_t)C, nC = M->n * (int64_t)C;
-    double *buf = (double *)malloc((size_t)(10 * P + 2 * nC + 2 * C) * sizeof(double));
+    double *buf = (double *)malloc((size_t)(10 * P + 3 * nC) * sizeof(double));
     if (!buf) return -1;
     double *g = buf, *gt = g + P, *wt = gt + P, *hd = wt + P, *hdt = hd + P, *s = hdt + P, *r = s + P,
-           *z = r + P, *dv = z + P, *Hd = dv + P, *prob = Hd + P, *probt = prob + nC, *zd = probt + nC;
+           *z = r + P, *dv = z + P, *Hd = dv + P, *prob = Hd + P, *probt = prob + nC, *Z = probt + nC;
     int cold = 1;
     for (int64_t q = 0; q < P; q++)
         if (w[q] != 0.0) { cold = 0; break; }
-    double f = newton_eval(M, w, g, prob, hd, zd);
+    double f = newton_eval(M, w, g, prob, hd, Z);
     *n_eval = 1; *n_iter = 0; *n_hvp = 0;
     *fval = f;
     if (!isfinite(f)) { *status = AFL_SOLVER_NOT_FINITE; free(buf); return 0; }
@@ -284,13 +297,17 @@ static int newton_solve(const afl_newton_model *M, double *w, double gtol, doubl
     if (g0 <= tol) { *status = AFL_SOLVER_CONVERGED; free(buf); return 0; }
     *status = AFL_SOLVER_MAX_ITER;
     while (*n_iter < max_iter) {
-        /* the Newton direction: preconditioned CG on H s = -g, to a residual of eta |g| */
+        /* the Newton direction: conjugate gradients on H s = -g preconditioned by diag(H), to a
+         * residual of eta |g| or a largest residual entry of cg_abs * tol */
         const double gnorm = sqrt(vdot(g, g, P));
-        const double eta = sqrt(gnorm) < 0.5 ? sqrt(gnorm) : 0.5;
-        for (int64_t q = 0; q < P; q++) { s[q] = 0.0; r[q] = -g[q]; z[q] = r[q] / hd[q]; dv[q] = z[q]; }
-        double rz = vdot(r, z, P);
+        const double eta = sqrt(gnorm) < cg_eta ? sqrt(gnorm) : cg_eta;
+        double rz = 0.0;
+        for (int64_t q = 0; q < P; q++) {
+            s[q] = 0.0; r[q] = -g[q]; z[q] = r[q] / hd[q]; dv[q] = z[q];
+            rz += r[q] * z[q];
+        }
         for (int it = 0; it < max_cg; it++) {
-            newton_hvp(M, prob, dv, Hd, zd);
+            newton_hvp(M, prob, dv, Hd, Z);
             *n_hvp += 1;
             const double dHd = vdot(dv, Hd, P);
             if (!(dHd > 0.0)) {
@@ -298,15 +315,17 @@ static int newton_solve(const afl_newton_model *M, double *w, double gtol, doubl
                 break;
             }
             const double alpha = rz / dHd;
-            double rr = 0.0;
+            double rr = 0.0, rmax = 0.0, rz_new = 0.0;
             for (int64_t q = 0; q < P; q++) {
                 s[q] += alpha * dv[q];
                 r[q] -= alpha * Hd[q];
                 rr += r[q] * r[q];
+                if (fabs(r[q]) > rmax) rmax = fabs(r[q]);
+                z[q] = r[q] / hd[q];
+                rz_new += r[q] * z[q];
             }
-            if (sqrt(rr) <= eta * gnorm) break;
-            double rz_new = 0.0;
-            for (int64_t q = 0; q < P; q++) { z[q] = r[q] / hd[q]; rz_new += r[q] * z[q]; }
+            /* r = -(g + H s): the gradient the quadratic model predicts after the step */
+            if (sqrt(rr) <= eta * gnorm || rmax <= cg_abs * tol) break;
             const double beta = rz_new / rz;
             rz = rz_new;
             for (int64_t q = 0; q < P; q++) dv[q] = z[q] + beta * dv[q];
@@ -322,7 +341,7 @@ static int newton_solve(const afl_newton_model *M, double *w, double gtol, doubl
         int accepted = 0;
         for (int ls = 0; ls <= max_ls; ls++) {
             for (int64_t q = 0; q < P; q++) wt[q] = w[q] + step * s[q];
-            ft = newton_eval(M, wt, gt, probt, hdt, zd);
+            ft = newton_eval(M, wt, gt, probt, hdt, Z);
             *n_eval += 1;
             if (isfinite(ft) && ft <= f + 1e-4 * step * gs) { accepted = 1; break; }
             if (isfinite(ft)) {
@@ -337,7 +356,7 @@ static int newton_solve(const afl_newton_model *M, double *w, double gtol, doubl
         }
         if (!accepted) { *status = AFL_SOLVER_LINE_SEARCH; break; }
         double *t;
-        t = w; memcpy(w, wt, (size_t)P * sizeof(double)); (void)t;
+        memcpy(w, wt, (size_t)P * sizeof(double));
         t = g; g = gt; gt = t;
         t = hd; hd = hdt; hdt = t;
         t = prob; prob = probt; probt = t;
@@ -354,13 +373,40 @@ static int newton_solve(const afl_newton_model *M, double *w, double gtol, doubl
     return 0;
 }
 
+/* Model a's rows as CSC over its own columns (local column j = the j-th of its sorted columns),
+ * rows 0..n-1 in the order given. */
+static void newton_model(const int64_t *indptr, const int32_t *indices, const float *data, const int32_t *y,
+                         const int64_t *rows, int64_t n, const int64_t *mc, int64_t k, int32_t *cm,
+                         int64_t *colptr, int32_t *rowind, float *val, int32_t *ly)
+{
+    for (int64_t j = 0; j < k; j++) cm[mc[j]] = (int32_t)j;
+    memset(colptr, 0, (size_t)(k + 1) * sizeof(int64_t));
+    for (int64_t q = 0; q < n; q++)
+        for (int64_t e = indptr[rows[q]]; e < indptr[rows[q] + 1]; e++) colptr[cm[indices[e]] + 1]++;
+    for (int64_t j = 0; j < k; j++) colptr[j + 1] += colptr[j];
+    for (int64_t q = 0; q < n; q++) {
+        const int64_t i = rows[q];
+        for (int64_t e = indptr[i]; e < indptr[i + 1]; e++) {
+            const int64_t o = colptr[cm[indices[e]]]++;
+            rowind[o] = (int32_t)q;
+            val[o] = data[e];
+        }
+        ly[q] = y[i];
+    }
+    /* colptr[j] now holds column j's end: shift back */
+    for (int64_t j = k; j > 0; j--) colptr[j] = colptr[j - 1];
+    colptr[0] = 0;
+}
+
 int afl_sparse_newton(const int64_t *indptr, const int32_t *indices, const float *data, const int32_t *y, int C,
                       int64_t d, int64_t B, const int64_t *rptr, const int64_t *rows, const int64_t *cptr,
                       const int64_t *cols, double *w, const int64_t *wptr, const double *l2, double gtol,
-                      double start_rtol, double ftol, int max_iter, int max_ls, int max_cg, int32_t *n_iter,
-                      int32_t *status, double *fval, int32_t *n_eval, int32_t *n_hvp, int n_threads)
+                      double start_rtol, double ftol, int max_iter, int max_ls, int max_cg, double cg_eta,
+                      double cg_abs, int32_t *n_iter, int32_t *status, double *fval, int32_t *n_eval,
+                      int32_t *n_hvp, int n_threads)
 {
     if (B <= 0) return 0;
+    if (C > AFL_NEWTON_MAX_C) return -2;
     if (n_threads < 1) n_threads = 1;
     if (n_threads > B) n_threads = (int)B;
     int rc = 0;
@@ -375,13 +421,24 @@ int afl_sparse_newton(const int64_t *indptr, const int32_t *indices, const float
 #endif
         for (int64_t a = 0; a < B; a++) {
             if (!cm) continue;
-            const int64_t k = cptr[a + 1] - cptr[a];
-            for (int64_t j = 0; j < k; j++) cm[cols[cptr[a] + j]] = (int32_t)j;
-            afl_newton_model M = {indptr, indices, data, y, rows + rptr[a], rptr[a + 1] - rptr[a], cm, k, C,
-                                  1.0 / (double)(rptr[a + 1] - rptr[a]), l2[a]};
-            if (newton_solve(&M, w + wptr[a], gtol, start_rtol, ftol, max_iter, max_ls, max_cg, n_iter + a,
-                             status + a, fval + a, n_eval + a, n_hvp + a) != 0)
+            const int64_t k = cptr[a + 1] - cptr[a], n = rptr[a + 1] - rptr[a];
+            const int64_t *mr = rows + rptr[a];
+            int64_t nnz = 0;
+            for (int64_t q = 0; q < n; q++) nnz += indptr[mr[q] + 1] - indptr[mr[q]];
+            int64_t *colptr = (int64_t *)malloc((size_t)(k + 1) * sizeof(int64_t));
+            int32_t *rowind = (int32_t *)malloc((size_t)(nnz > 0 ? nnz : 1) * sizeof(int32_t));
+            float *val = (float *)malloc((size_t)(nnz > 0 ? nnz : 1) * sizeof(float));
+            int32_t *ly = (int32_t *)malloc((size_t)(n > 0 ? n : 1) * sizeof(int32_t));
+            if (!colptr || !rowind || !val || !ly) {
                 rc = 1;
+            } else {
+                newton_model(indptr, indices, data, y, mr, n, cols + cptr[a], k, cm, colptr, rowind, val, ly);
+                afl_newton_model M = {colptr, rowind, val, ly, n, k, C, 1.0 / (double)n, l2[a]};
+                if (newton_solve(&M, w + wptr[a], gtol, start_rtol, ftol, max_iter, max_ls, max_cg, cg_eta, cg_abs,
+                                 n_iter + a, status + a, fval + a, n_eval + a, n_hvp + a) != 0)
+                    rc = 1;
+            }
+            free(colptr); free(rowind); free(val); free(ly);
         }
         free(cm);
     }

@@ -70,8 +70,10 @@ def phase_budget(X, train_pos, models, loss="ce", with_proba=False):
     columns = model_column_sets(rows, lists)
     width = local_width(columns)
     solver = phase_solver(loss, None, 3)
+    nnz = np.diff(X.indptr)
     fixed = phase_fixed_bytes(rows, len(lists), X.shape[1], 3, 2, with_proba, width, solver,
-                              max(lst.size for lst in lists), sum(c.size for c in columns))
+                              max(lst.size for lst in lists), sum(c.size for c in columns),
+                              max(int(nnz[lst].sum()) for lst in lists))
     return fixed + models * model_bytes(X.shape[1], 3, 10, width - 1, solver)
 
 
@@ -119,13 +121,16 @@ def test_groups_follow_the_memory_formula(solver):
     width = local_width(columns)
     assert width - 1 < 100  # models use fewer columns than X has: their vectors are shorter
     entries = sum(c.size for c in columns)
-    fixed = phase_fixed_bytes(rows, 8, 100, 3, 1, width=width, solver=solver, max_rows=200, n_column_entries=entries)
+    z = max(int(np.diff(X.indptr)[tp].sum()) for tp in train_pos)
+    fixed = phase_fixed_bytes(rows, 8, 100, 3, 1, width=width, solver=solver, max_rows=200, n_column_entries=entries,
+                              max_nonzeros=z)
     per_model = model_bytes(100, 3, 10, width - 1, solver)
     if solver == "newton":
         assert per_model == 8 * width * 3 + 12 * 101 * 3
-        assert newton_thread_bytes(100, 3, width - 1, 200) == 80 * width * 3 + 16 * 201 * 3 + 4 * 100
+        assert newton_thread_bytes(100, 3, width - 1, 200, z) == (80 * width * 3 + 24 * 200 * 3 + 8 * z + 8 * width
+                                                                  + 4 * 200 + 4 * 100)
         assert fixed == phase_fixed_bytes(rows, 8, 100, 3, 0, solver=solver) + 8 * entries + newton_thread_bytes(
-            100, 3, width - 1, 200)
+            100, 3, width - 1, 200, z)
     else:
         assert per_model == (88 + 16 * 10) * width * 3 + 12 * 101 * 3 + 4 * 100
     loss = "ce" if solver == "newton" else "gce"

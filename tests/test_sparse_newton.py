@@ -96,5 +96,8 @@ def test_newton_takes_cross_entropy_only_and_known_solvers():
         sparse_solver.train_sparse_models(rows, y, lists, 3, loss="gce", solver="newton")
     with pytest.raises(ValueError, match="solver must be one of auto, newton, lbfgs, got 'tron'"):
         sparse_solver.train_sparse_models(rows, y, lists, 3, solver="tron")
+    with pytest.raises(ValueError, match="solver='newton' takes at most 64 classes, got 65"):
+        sparse_solver.train_sparse_models(rows, np.arange(50, dtype=np.int32) % 65, lists, 65, solver="newton")
     assert sparse_solver.phase_solver("ce", None, 3) == "newton"
+    assert sparse_solver.phase_solver("ce", None, 65) == "lbfgs"
     assert sparse_solver.phase_solver("gce", None, 3) == "lbfgs"

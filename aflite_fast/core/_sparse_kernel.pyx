@@ -130,7 +130,7 @@ cdef extern from "afl_sparse.h" nogil:
                           int C, int64_t d, int64_t B, const int64_t *rptr, const int64_t *rows,
                           const int64_t *cptr, const int64_t *cols, double *w, const int64_t *wptr,
                           const double *l2, double gtol, double start_rtol, double ftol, int max_iter,
-                          int max_ls, int max_cg, int32_t *n_iter, int32_t *status, double *fval,
+                          int max_ls, int max_cg, double cg_eta, double cg_abs, int32_t *n_iter, int32_t *status, double *fval,
                           int32_t *n_eval, int32_t *n_hvp, int n_threads)
 
 
@@ -144,8 +144,10 @@ def sparse_newton(const int64_t[::1] indptr, const int32_t[::1] indices, const f
                   double[::1] w,                  # IN/OUT each model's (k + 1) * C weights, feature-major
                   const double[::1] l2,           # IN  (B,) L2 weight of each model
                   double gtol, double start_rtol, double ftol, int max_iter, int max_ls, int max_cg,
-                  int n_threads):
-    """Train B cross-entropy models by Newton-CG (``csrc/afl_sparse.h``, D); returns
+                  double cg_eta, double cg_abs, int n_threads):
+    """Train B cross-entropy models by Newton-CG (``csrc/afl_sparse.h``, D): conjugate gradients
+    stop at a residual of min(cg_eta, sqrt|g|) |g| or a largest entry of cg_abs * the model's
+    tolerance, or after max_cg steps; returns
     (n_iter, status, objective, n_eval, n_hvp), one entry per model."""
     cdef int64_t B = rptr.shape[0] - 1, n = indptr.shape[0] - 1, a, q, total = 0
     _check_csr(indptr, indices, data)
@@ -183,7 +185,9 @@ def sparse_newton(const int64_t[::1] indptr, const int32_t[::1] indices, const f
     with nogil:
         rc = afl_sparse_newton(&indptr[0], ip, dp, &y[0], n_classes, d, B, &rptr[0], &rows[0], &cptr[0], cp,
                                &w[0], &wp[0], &l2[0], gtol, start_rtol, ftol, max_iter, max_ls, max_cg,
-                               &iv[0], &sv[0], &fv[0], &ev[0], &hv[0], n_threads)
+                               cg_eta, cg_abs, &iv[0], &sv[0], &fv[0], &ev[0], &hv[0], n_threads)
+    if rc == -2:
+        raise ValueError("sparse_newton: at most 64 classes")
     if rc != 0:
         raise MemoryError("sparse_newton: could not allocate scratch memory")
     return n_iter, status, fval, n_eval, n_hvp

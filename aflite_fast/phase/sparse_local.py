@@ -28,18 +28,19 @@ from aflite_fast.runtime.memory import format_size, parse_memory
 
 
 def phase_fixed_bytes(rows, n_models, n_features, n_classes, n_threads, with_proba=False, width=None,
-                      solver="newton", max_rows=0, n_column_entries=0):
+                      solver="newton", max_rows=0, n_column_entries=0, max_nonzeros=0):
     """Bytes of a sparse phase that do not depend on how its models are grouped: the CSR rows,
     the membership and per-row arrays, every model's coefficients and column list
     (``n_column_entries`` columns in all) and the threads' scratch (``width``: the solver's
-    local rows, default ``n_features + 1``; ``max_rows``: the most training rows of a model)."""
+    local rows, default ``n_features + 1``; ``max_rows``, ``max_nonzeros``: the most training
+    rows and non-zeros of a model)."""
     n = rows.n_rows
     width = n_features + 1 if width is None else int(width)
     per_row = n_models + 8 + 8 + 4 + 4 + 8 + (8 * n_classes if with_proba else 0)
     if solver == "lbfgs":
         scratch = sparse_solver.thread_bytes(width - 1, n_classes)
     else:
-        scratch = sparse_solver.newton_thread_bytes(n_features, n_classes, width - 1, max_rows)
+        scratch = sparse_solver.newton_thread_bytes(n_features, n_classes, width - 1, max_rows, max_nonzeros)
     return (rows.nbytes + n * per_row + 8 * n_models * (n_features + 1) * n_classes
             + 8 * int(n_column_entries) + n_threads * scratch)
 
@@ -113,8 +114,10 @@ def fit_predict(rows, y, lists, heldout, *, n_classes, C, loss="ce", loss_params
     columns = sparse_solver.model_column_sets(rows, lists)
     width = sparse_solver.local_width(columns)
     solver = sparse_solver.phase_solver(loss, loss_params, n_classes)
+    row_nnz = np.diff(rows.indptr)
     fixed = phase_fixed_bytes(rows, m, d, n_classes, n_threads, proba_sum is not None, width, solver,
-                              max((lst.size for lst in lists), default=0), sum(c.size for c in columns))
+                              max((lst.size for lst in lists), default=0), sum(c.size for c in columns),
+                              max((int(row_nnz[lst].sum()) for lst in lists), default=0))
     size = model_group_size(budget, fixed, m, d, n_classes, options.history, width - 1, solver)
     groups = [np.arange(s, min(m, s + size)) for s in range(0, m, size)]
     coef = np.zeros((m, d + 1, n_classes)) if warm_coef is None else np.array(warm_coef, dtype=np.float64)
