@@ -21,8 +21,10 @@ table gives medians.
 
 Peak memory: ours is the growth of the process's peak resident set size during our phase (the
 peak reset before it through /proc/self/clear_refs, Linux), against the formula of
-:mod:`aflite_fast.core.sparse_solver` (per model ``(88 + 16 h) (d + 1) C`` bytes, in groups
-under ``max_memory``).
+:mod:`aflite_fast.core.sparse_solver` and :mod:`aflite_fast.phase.sparse_local` (the phase's
+fixed bytes: its copy of the rows, per-row arrays, every model's coefficients and each
+thread's solver scratch; then per model of a group: Newton-CG ``8 (k + 1) C + 12 (d + 1) C``
+bytes, k the most columns a model uses; models in groups under ``max_memory``).
 
 Examples::
 
@@ -139,6 +141,24 @@ def ours(X, y, m, frac, threads, max_memory):
     return time.perf_counter() - t0, res
 
 
+def formula_bytes(X, lists, n_classes, threads, budget):
+    """(fixed, per model, group size): the memory formula of the phase on every row of X."""
+    from aflite_fast.core import sparse_solver
+    from aflite_fast.phase.sparse_local import model_group_size, phase_fixed_bytes
+
+    rows = sparse_solver.CSRRows(X)
+    columns = sparse_solver.model_column_sets(rows, lists)
+    width = sparse_solver.local_width(columns)
+    solver = sparse_solver.phase_solver("ce", None, n_classes)
+    nnz = np.diff(rows.indptr)
+    d = X.shape[1]
+    fixed = phase_fixed_bytes(rows, len(lists), d, n_classes, threads, False, width, solver,
+                              max(lst.size for lst in lists), sum(c.size for c in columns),
+                              max(int(nnz[lst].sum()) for lst in lists))
+    group = model_group_size(budget, fixed, len(lists), d, n_classes, 10, width - 1, solver)
+    return fixed, sparse_solver.model_bytes(d, n_classes, 10, width - 1, solver), group
+
+
 def _reset_peak():
     """Reset this process's peak resident set size (Linux: /proc/self/clear_refs); the current size."""
     with open("/proc/self/clear_refs", "w") as fh:
@@ -168,7 +188,6 @@ def main():
     ap.add_argument("--max-memory", default="4GB")
     ap.add_argument("--tmp", default="/tmp")
     args = ap.parse_args()
-    from aflite_fast.core.sparse_solver import model_bytes
     from aflite_fast.runtime.memory import parse_memory
 
     X, y = hashed_ngrams(args.n, args.log2d, args.nnz, args.classes)
@@ -204,9 +223,8 @@ def main():
                 best = min(peer, key=lambda k: statistics.median(peer[k]))
                 o, p = statistics.median(ours_s), statistics.median(peer[best])
                 budget = parse_memory(args.max_memory)
-                width = max(np.unique(X[lst].indices).size for lst in lists) + 1
-                per_model = model_bytes(d, args.classes, 10, width - 1)
-                rows.append((frac, o, best, p, p / o, peak, per_model, budget,
+                fixed, per_model, group = formula_bytes(X, lists, args.classes, args.threads, budget)
+                rows.append((frac, o, best, p, p / o, peak, (fixed, per_model, group), budget,
                              statistics.median(peer["lbfgs"]), statistics.median(peer["liblinear"]),
                              float(np.nanmean(res.scores))))
     finally:
@@ -215,11 +233,12 @@ def main():
                 os.remove(path)
     print(f"\nload average {os.getloadavg()[0]:.2f} at the end\n")
     print("| t/N | ours (s) | peer lbfgs (s) | peer liblinear (s) | peer / ours | our peak RSS growth "
-          "| formula per model | max_memory | mean score |")
+          "| formula: fixed + group x per model | max_memory | mean score |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for frac, o, best, p, ratio, peak, per_model, budget, pl, pll, score in rows:
+    for frac, o, best, p, ratio, peak, (fixed, per_model, group), budget, pl, pll, score in rows:
         print(f"| {frac} | {o:.2f} | {pl:.1f} | {pll:.1f} | {ratio:.1f}x ({best}) | {peak / 1e9:.2f} GB "
-              f"| {per_model / 1e6:.0f} MB | {budget / 1e9:.1f} GB | {score:.3f} |")
+              f"| {(fixed + group * per_model) / 1e9:.2f} GB = {fixed / 1e6:.0f} MB + {group} x "
+              f"{per_model / 1e6:.1f} MB | {budget / 1e9:.1f} GB | {score:.3f} |")
     print("\ncommand: python " + " ".join(sys.argv))
 
 
