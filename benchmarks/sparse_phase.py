@@ -216,7 +216,8 @@ def main():
                     for solver in peer:
                         mean_fit, _ = peer_phase(pool, solver, fits, args.threads)
                         peer[solver].append(mean_fit * args.m / args.threads)
-                    print(f"  t/N={frac} round {r}: ours {s:.2f} s; peer phase lbfgs "
+                    print(f"  t/N={frac} round {r}: ours {s:.2f} s (peak RSS growth {peaks[-1] / 1e9:.2f} GB); "
+                          f"peer phase lbfgs "
                           f"{peer['lbfgs'][-1]:.1f} s, liblinear {peer['liblinear'][-1]:.1f} s; "
                           f"load {os.getloadavg()[0]:.2f}", flush=True)
                 peak = max(peaks)

@@ -276,8 +276,8 @@ static double vmaxabs(const double *a, int64_t P)
 /* One model: Newton steps from w (P = (k + 1) C doubles, updated in place).  Returns -1 when
  * scratch could not be allocated. */
 static int newton_solve(const afl_newton_model *M, double *w, double gtol, double start_rtol, double ftol,
-                        int max_iter, int max_ls, int max_cg, double cg_eta, double cg_abs, int32_t *n_iter,
-                        int32_t *status, double *fval, int32_t *n_eval, int32_t *n_hvp)
+                        int max_iter, int max_ls, int max_cg, double cg_eta, double cg_abs, int precond,
+                        int32_t *n_iter, int32_t *status, double *fval, int32_t *n_eval, int32_t *n_hvp)
 {
     const int C = M->C;
     const int64_t P = (M->k + 1) * (int64_t)C, nC = M->n * (int64_t)C;
@@ -303,7 +303,7 @@ static int newton_solve(const afl_newton_model *M, double *w, double gtol, doubl
         const double eta = sqrt(gnorm) < cg_eta ? sqrt(gnorm) : cg_eta;
         double rz = 0.0;
         for (int64_t q = 0; q < P; q++) {
-            s[q] = 0.0; r[q] = -g[q]; z[q] = r[q] / hd[q]; dv[q] = z[q];
+            s[q] = 0.0; r[q] = -g[q]; z[q] = precond ? r[q] / hd[q] : r[q]; dv[q] = z[q];
             rz += r[q] * z[q];
         }
         for (int it = 0; it < max_cg; it++) {
@@ -321,7 +321,7 @@ static int newton_solve(const afl_newton_model *M, double *w, double gtol, doubl
                 r[q] -= alpha * Hd[q];
                 rr += r[q] * r[q];
                 if (fabs(r[q]) > rmax) rmax = fabs(r[q]);
-                z[q] = r[q] / hd[q];
+                z[q] = precond ? r[q] / hd[q] : r[q];
                 rz_new += r[q] * z[q];
             }
             /* r = -(g + H s): the gradient the quadratic model predicts after the step */
@@ -333,7 +333,7 @@ static int newton_solve(const afl_newton_model *M, double *w, double gtol, doubl
         double gs = vdot(g, s, P);
         if (!(gs < 0.0)) {
             /* not a descent direction (rounding only: H is positive definite): the preconditioned gradient */
-            for (int64_t q = 0; q < P; q++) s[q] = -g[q] / hd[q];
+            for (int64_t q = 0; q < P; q++) s[q] = precond ? -g[q] / hd[q] : -g[q];
             gs = vdot(g, s, P);
         }
         /* backtracking line search from the Newton step (Armijo) */
@@ -402,8 +402,8 @@ int afl_sparse_newton(const int64_t *indptr, const int32_t *indices, const float
                       int64_t d, int64_t B, const int64_t *rptr, const int64_t *rows, const int64_t *cptr,
                       const int64_t *cols, double *w, const int64_t *wptr, const double *l2, double gtol,
                       double start_rtol, double ftol, int max_iter, int max_ls, int max_cg, double cg_eta,
-                      double cg_abs, int32_t *n_iter, int32_t *status, double *fval, int32_t *n_eval,
-                      int32_t *n_hvp, int n_threads)
+                      double cg_abs, int precond, int32_t *n_iter, int32_t *status, double *fval,
+                      int32_t *n_eval, int32_t *n_hvp, int n_threads)
 {
     if (B <= 0) return 0;
     if (C > AFL_NEWTON_MAX_C) return -2;
@@ -435,7 +435,7 @@ int afl_sparse_newton(const int64_t *indptr, const int32_t *indices, const float
                 newton_model(indptr, indices, data, y, mr, n, cols + cptr[a], k, cm, colptr, rowind, val, ly);
                 afl_newton_model M = {colptr, rowind, val, ly, n, k, C, 1.0 / (double)n, l2[a]};
                 if (newton_solve(&M, w + wptr[a], gtol, start_rtol, ftol, max_iter, max_ls, max_cg, cg_eta, cg_abs,
-                                 n_iter + a, status + a, fval + a, n_eval + a, n_hvp + a) != 0)
+                                 precond, n_iter + a, status + a, fval + a, n_eval + a, n_hvp + a) != 0)
                     rc = 1;
             }
             free(colptr); free(rowind); free(val); free(ly);

@@ -62,11 +62,12 @@ enum {
 /* Newton-CG (D) for B models: model a trains on rows[rptr[a]:rptr[a+1]] over the columns
  * cols[cptr[a]:cptr[a+1]] (sorted, < d) and its weights w[wptr[a]:] ((k + 1) C doubles,
  * feature-major, intercept last; start in, solution out).  Returns -1 when scratch memory
- * could not be allocated, -2 for more than AFL_NEWTON_MAX_C classes. */
+ * could not be allocated, -2 for more than AFL_NEWTON_MAX_C classes.  precond 0: conjugate
+ * gradients without the diagonal preconditioner (for measurements). */
 int afl_sparse_newton(const int64_t *indptr, const int32_t *indices, const float *data, const int32_t *y, int C,
                       int64_t d, int64_t B, const int64_t *rptr, const int64_t *rows, const int64_t *cptr,
                       const int64_t *cols, double *w, const int64_t *wptr, const double *l2, double gtol,
-                      double start_rtol, double ftol, int max_iter, int max_ls, int max_cg, double cg_eta, double cg_abs, int32_t *n_iter,
+                      double start_rtol, double ftol, int max_iter, int max_ls, int max_cg, double cg_eta, double cg_abs, int precond, int32_t *n_iter,
                       int32_t *status, double *fval, int32_t *n_eval, int32_t *n_hvp, int n_threads);
 
 #endif

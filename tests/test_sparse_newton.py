@@ -46,13 +46,17 @@ def test_newton_reaches_the_sklearn_and_lbfgs_optimum(n_classes):
                                                    options=opts, solver="newton")
     lbfgs, li = sparse_solver.train_sparse_models(rows, y, lists, n_classes, C=kernel_C(C, n_classes),
                                                   options=opts, solver="lbfgs")
+    # conjugate gradients without the diagonal preconditioner: another path, the same optimum
+    plain, _ = sparse_solver.train_sparse_models(rows, y, lists, n_classes, C=kernel_C(C, n_classes),
+                                                 options=SolverOptions(tol=1e-8, precondition=False), solver="newton")
     assert [STATUS_NAMES[s] for s in ni["status"]] == ["converged", "converged"]
     for j, lst in enumerate(lists):
         ref = sklearn_coef(X[lst], y[lst], C)
         if n_classes == 2:  # the kernel's two outputs are unique up to a shift common to both
-            for coef in (newton[j], lbfgs[j]):
+            for coef in (newton[j], lbfgs[j], plain[j]):
                 coef -= coef.mean(axis=1, keepdims=True)
         np.testing.assert_allclose(newton[j], ref, atol=1e-5)
+        np.testing.assert_allclose(plain[j], ref, atol=1e-5)
         # the L-BFGS path evaluates float32 logits (its gradient exact to about 1e-6): it stops
         # farther from the optimum than Newton-CG's double logits
         assert np.abs(newton[j] - ref).max() <= np.abs(lbfgs[j] - ref).max()

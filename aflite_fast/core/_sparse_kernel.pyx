@@ -130,7 +130,7 @@ cdef extern from "afl_sparse.h" nogil:
                           int C, int64_t d, int64_t B, const int64_t *rptr, const int64_t *rows,
                           const int64_t *cptr, const int64_t *cols, double *w, const int64_t *wptr,
                           const double *l2, double gtol, double start_rtol, double ftol, int max_iter,
-                          int max_ls, int max_cg, double cg_eta, double cg_abs, int32_t *n_iter, int32_t *status, double *fval,
+                          int max_ls, int max_cg, double cg_eta, double cg_abs, int precond, int32_t *n_iter, int32_t *status, double *fval,
                           int32_t *n_eval, int32_t *n_hvp, int n_threads)
 
 
@@ -144,10 +144,11 @@ def sparse_newton(const int64_t[::1] indptr, const int32_t[::1] indices, const f
                   double[::1] w,                  # IN/OUT each model's (k + 1) * C weights, feature-major
                   const double[::1] l2,           # IN  (B,) L2 weight of each model
                   double gtol, double start_rtol, double ftol, int max_iter, int max_ls, int max_cg,
-                  double cg_eta, double cg_abs, int n_threads):
+                  double cg_eta, double cg_abs, int n_threads, bint precondition=True):
     """Train B cross-entropy models by Newton-CG (``csrc/afl_sparse.h``, D): conjugate gradients
     stop at a residual of min(cg_eta, sqrt|g|) |g| or a largest entry of cg_abs * the model's
-    tolerance, or after max_cg steps; returns
+    tolerance, or after max_cg steps; ``precondition`` False: without the Hessian's diagonal as
+    their preconditioner.  Returns
     (n_iter, status, objective, n_eval, n_hvp), one entry per model."""
     cdef int64_t B = rptr.shape[0] - 1, n = indptr.shape[0] - 1, a, q, total = 0
     _check_csr(indptr, indices, data)
@@ -185,7 +186,7 @@ def sparse_newton(const int64_t[::1] indptr, const int32_t[::1] indices, const f
     with nogil:
         rc = afl_sparse_newton(&indptr[0], ip, dp, &y[0], n_classes, d, B, &rptr[0], &rows[0], &cptr[0], cp,
                                &w[0], &wp[0], &l2[0], gtol, start_rtol, ftol, max_iter, max_ls, max_cg,
-                               cg_eta, cg_abs, &iv[0], &sv[0], &fv[0], &ev[0], &hv[0], n_threads)
+                               cg_eta, cg_abs, precondition, &iv[0], &sv[0], &fv[0], &ev[0], &hv[0], n_threads)
     if rc == -2:
         raise ValueError("sparse_newton: at most 64 classes")
     if rc != 0:
