@@ -10,7 +10,7 @@ relative decrease is at most ``ftol``:
   copy of its own rows, every step a conjugate-gradient solve of the Newton system
   preconditioned by the Hessian's diagonal, each Hessian-vector product one pass over the
   model's non-zeros.  No history of vectors: a few vectors a model, and the few Newton steps
-  (4 to 8 at the default tolerances on hashed n-gram counts) replace the 80 to 150 L-BFGS steps
+  (4 to 7 at the default tolerances on hashed n-gram counts) replace the 40 to 150 L-BFGS steps
   whose vector updates over the model's columns dominated the time.
 - L-BFGS, for the other losses (their Hessians are not computed): the dense kernel's batched
   solver (``_kernel.LBFGSBlock`` through :func:`aflite_fast.core.solver.train_models_with`)
