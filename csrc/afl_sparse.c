@@ -375,14 +375,19 @@ static int newton_solve(const afl_newton_model *M, double *w, double gtol, doubl
 
 /* Model a's rows as CSC over its own columns (local column j = the j-th of its sorted columns),
  * rows 0..n-1 in the order given. */
-static void newton_model(const int64_t *indptr, const int32_t *indices, const float *data, const int32_t *y,
-                         const int64_t *rows, int64_t n, const int64_t *mc, int64_t k, int32_t *cm,
-                         int64_t *colptr, int32_t *rowind, float *val, int32_t *ly)
+static int newton_model(const int64_t *indptr, const int32_t *indices, const float *data, const int32_t *y,
+                        const int64_t *rows, int64_t n, const int64_t *mc, int64_t k, int32_t *cm, int64_t d,
+                        int64_t *colptr, int32_t *rowind, float *val, int32_t *ly)
 {
+    /* every column not the model's maps to -1: a row that uses one is refused (-3) */
+    for (int64_t j = 0; j < d; j++) cm[j] = -1;
     for (int64_t j = 0; j < k; j++) cm[mc[j]] = (int32_t)j;
     memset(colptr, 0, (size_t)(k + 1) * sizeof(int64_t));
     for (int64_t q = 0; q < n; q++)
-        for (int64_t e = indptr[rows[q]]; e < indptr[rows[q] + 1]; e++) colptr[cm[indices[e]] + 1]++;
+        for (int64_t e = indptr[rows[q]]; e < indptr[rows[q] + 1]; e++) {
+            if (cm[indices[e]] < 0) return -3;
+            colptr[cm[indices[e]] + 1]++;
+        }
     for (int64_t j = 0; j < k; j++) colptr[j + 1] += colptr[j];
     for (int64_t q = 0; q < n; q++) {
         const int64_t i = rows[q];
@@ -396,6 +401,7 @@ static void newton_model(const int64_t *indptr, const int32_t *indices, const fl
     /* colptr[j] now holds column j's end: shift back */
     for (int64_t j = k; j > 0; j--) colptr[j] = colptr[j - 1];
     colptr[0] = 0;
+    return 0;
 }
 
 int afl_sparse_newton(const int64_t *indptr, const int32_t *indices, const float *data, const int32_t *y, int C,
@@ -415,7 +421,7 @@ int afl_sparse_newton(const int64_t *indptr, const int32_t *indices, const float
 #endif
     {
         int32_t *cm = (int32_t *)malloc((size_t)(d > 0 ? d : 1) * sizeof(int32_t));
-        if (!cm) rc = 1;
+        if (!cm) rc |= 1;
 #ifdef _OPENMP
 #pragma omp for schedule(dynamic, 1)
 #endif
@@ -430,17 +436,21 @@ int afl_sparse_newton(const int64_t *indptr, const int32_t *indices, const float
             float *val = (float *)malloc((size_t)(nnz > 0 ? nnz : 1) * sizeof(float));
             int32_t *ly = (int32_t *)malloc((size_t)(n > 0 ? n : 1) * sizeof(int32_t));
             if (!colptr || !rowind || !val || !ly) {
-                rc = 1;
+                rc |= 1;
             } else {
-                newton_model(indptr, indices, data, y, mr, n, cols + cptr[a], k, cm, colptr, rowind, val, ly);
-                afl_newton_model M = {colptr, rowind, val, ly, n, k, C, 1.0 / (double)n, l2[a]};
-                if (newton_solve(&M, w + wptr[a], gtol, start_rtol, ftol, max_iter, max_ls, max_cg, cg_eta, cg_abs,
-                                 precond, n_iter + a, status + a, fval + a, n_eval + a, n_hvp + a) != 0)
-                    rc = 1;
+                if (newton_model(indptr, indices, data, y, mr, n, cols + cptr[a], k, cm, d, colptr, rowind, val,
+                                 ly) != 0) {
+                    rc |= 2;
+                } else {
+                    afl_newton_model M = {colptr, rowind, val, ly, n, k, C, 1.0 / (double)n, l2[a]};
+                    if (newton_solve(&M, w + wptr[a], gtol, start_rtol, ftol, max_iter, max_ls, max_cg, cg_eta,
+                                     cg_abs, precond, n_iter + a, status + a, fval + a, n_eval + a, n_hvp + a) != 0)
+                        rc |= 1;
+                }
             }
             free(colptr); free(rowind); free(val); free(ly);
         }
         free(cm);
     }
-    return rc ? -1 : 0;
+    return (rc & 1) ? -1 : (rc & 2) ? -3 : 0;
 }

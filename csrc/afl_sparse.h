@@ -62,7 +62,8 @@ enum {
 /* Newton-CG (D) for B models: model a trains on rows[rptr[a]:rptr[a+1]] over the columns
  * cols[cptr[a]:cptr[a+1]] (sorted, < d) and its weights w[wptr[a]:] ((k + 1) C doubles,
  * feature-major, intercept last; start in, solution out).  Returns -1 when scratch memory
- * could not be allocated, -2 for more than AFL_NEWTON_MAX_C classes.  precond 0: conjugate
+ * could not be allocated, -2 for more than AFL_NEWTON_MAX_C classes, -3 when a model's rows use
+ * a column not among its columns.  precond 0: conjugate
  * gradients without the diagonal preconditioner (for measurements). */
 int afl_sparse_newton(const int64_t *indptr, const int32_t *indices, const float *data, const int32_t *y, int C,
                       int64_t d, int64_t B, const int64_t *rptr, const int64_t *rows, const int64_t *cptr,

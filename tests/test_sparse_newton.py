@@ -105,3 +105,12 @@ def test_newton_takes_cross_entropy_only_and_known_solvers():
     assert sparse_solver.phase_solver("ce", None, 3) == "newton"
     assert sparse_solver.phase_solver("ce", None, 65) == "lbfgs"
     assert sparse_solver.phase_solver("gce", None, 3) == "lbfgs"
+
+
+def test_columns_that_miss_a_used_column_are_refused():
+    X, y = counts(n=50, d=20, density=0.3)
+    rows = sparse_solver.CSRRows(X)
+    lists = [np.arange(50, dtype=np.int64)]
+    used = sparse_solver.model_column_sets(rows, lists)[0]
+    with pytest.raises(ValueError, match="a model's rows use a column that is not among its columns"):
+        sparse_solver.train_sparse_models(rows, y, lists, 3, solver="newton", columns=[used[1:]])

@@ -189,6 +189,8 @@ def sparse_newton(const int64_t[::1] indptr, const int32_t[::1] indices, const f
                                cg_eta, cg_abs, precondition, &iv[0], &sv[0], &fv[0], &ev[0], &hv[0], n_threads)
     if rc == -2:
         raise ValueError("sparse_newton: at most 64 classes")
+    if rc == -3:
+        raise ValueError("sparse_newton: a model's rows use a column that is not among its columns")
     if rc != 0:
         raise MemoryError("sparse_newton: could not allocate scratch memory")
     return n_iter, status, fval, n_eval, n_hvp
