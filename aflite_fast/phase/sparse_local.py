@@ -6,9 +6,11 @@ and returns the same :class:`~aflite_fast.phase.scores.PhaseScores`:
 1. the active rows are taken from X once, as CSR in the kernel's types
    (:class:`~aflite_fast.core.sparse_solver.CSRRows`);
 2. the partitions' models train in groups of models that ``max_memory`` holds
-   (:func:`model_group_size`), each over the columns its own training rows use; each model's
-   bits are the same whatever its group: a model's sums never depend on the other models of the
-   call, and the solver's width is the phase's (the most columns any model uses);
+   (:func:`model_group_size`), each over the columns its own training rows use (Newton-CG for
+   the cross-entropy loss, else L-BFGS: :func:`~aflite_fast.core.sparse_solver.phase_solver`);
+   each model's bits are the same whatever its group: a model's sums never depend on the other
+   models of the call, a Newton-CG model is solved alone and L-BFGS's width is the phase's (the
+   most columns any model uses);
 3. every active row is predicted by the models that hold it out, group by group (a row's counts
    added in model order, so the grouping changes no bit).
 
