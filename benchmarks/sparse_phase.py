@@ -184,7 +184,8 @@ def main():
     ap.add_argument("--frac", type=float, nargs="+", default=[0.1, 0.5])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--peer-fits", type=int, default=4, help="partitions the peer fits per solver and round")
+    ap.add_argument("--peer-fits", type=int, default=4,
+                    help="partitions the peer fits per solver and round (0: ours only, no peer)")
     ap.add_argument("--max-memory", default="4GB")
     ap.add_argument("--tmp", default="/tmp")
     args = ap.parse_args()
@@ -205,7 +206,7 @@ def main():
             pool.map(time.sleep, [0.01] * args.threads)  # pre-started, data loaded
             for frac in args.frac:
                 lists = partitions(X, y, args.m, frac, 0)
-                fits = lists[:max(args.peer_fits, 2 * args.threads)]
+                fits = lists[:max(args.peer_fits, 2 * args.threads)] if args.peer_fits else []
                 ours_s, peer = [], {"lbfgs": [], "liblinear": []}
                 peaks = []
                 for r in range(args.repeat):
@@ -214,6 +215,9 @@ def main():
                     peaks.append(_status("VmHWM") - base)
                     ours_s.append(s)
                     for solver in peer:
+                        if args.peer_fits == 0:
+                            peer[solver].append(float("nan"))
+                            continue
                         mean_fit, _ = peer_phase(pool, solver, fits, args.threads)
                         peer[solver].append(mean_fit * args.m / args.threads)
                     print(f"  t/N={frac} round {r}: ours {s:.2f} s (peak RSS growth {peaks[-1] / 1e9:.2f} GB); "
