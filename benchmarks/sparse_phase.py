@@ -192,7 +192,6 @@ def main():
     from aflite_fast.runtime.memory import parse_memory
 
     X, y = hashed_ngrams(args.n, args.log2d, args.nnz, args.classes)
-    d = X.shape[1]
     path_X = os.path.join(args.tmp, f"sparse_phase_X_{os.getpid()}.npz")
     path_y = os.path.join(args.tmp, f"sparse_phase_y_{os.getpid()}.npy")
     sp.save_npz(path_X, X, compressed=False)

@@ -62,7 +62,12 @@ def assert_same_phase(a, b):
 
 def phase_budget(X, train_pos, models, loss="ce", with_proba=False):
     """A max_memory holding the phase's fixed bytes and ``models`` models at a time."""
-    from aflite_fast.core.sparse_solver import CSRRows, local_width, model_column_sets, phase_solver
+    from aflite_fast.core.sparse_solver import (
+        CSRRows,
+        local_width,
+        model_column_sets,
+        phase_solver,
+    )
     from aflite_fast.phase.sparse_local import phase_fixed_bytes
 
     rows = CSRRows(X)
@@ -111,7 +116,12 @@ def test_groups_follow_the_memory_formula(solver):
     # then per model of a group: Newton-CG 8 (k + 1) C bytes (its local weights; its solver
     # state is per thread), L-BFGS (88 + 16 h) (k + 1) C (k: the most columns a model uses),
     # and its full-width arrays
-    from aflite_fast.core.sparse_solver import CSRRows, local_width, model_column_sets, newton_thread_bytes
+    from aflite_fast.core.sparse_solver import (
+        CSRRows,
+        local_width,
+        model_column_sets,
+        newton_thread_bytes,
+    )
     from aflite_fast.phase.sparse_local import phase_fixed_bytes
 
     X, y = counts_problem(n=400, d=100, density=0.01)
