@@ -21,8 +21,10 @@ table gives medians.
 
 Peak memory: ours is the growth of the process's peak resident set size during our phase (the
 peak reset before it through /proc/self/clear_refs, Linux), against the formula of
-:mod:`aflite_fast.core.sparse_solver` (per model ``(88 + 16 h) (d + 1) C`` bytes, in groups
-under ``max_memory``).
+:mod:`aflite_fast.core.sparse_solver` and :mod:`aflite_fast.phase.sparse_local` (the phase's
+fixed bytes: its copy of the rows, per-row arrays, every model's coefficients and each
+thread's solver scratch; then per model of a group: Newton-CG ``8 (k + 1) C + 12 (d + 1) C``
+bytes, k the most columns a model uses; models in groups under ``max_memory``).
 
 Examples::
 
@@ -139,6 +141,24 @@ def ours(X, y, m, frac, threads, max_memory):
     return time.perf_counter() - t0, res
 
 
+def formula_bytes(X, lists, n_classes, threads, budget):
+    """(fixed, per model, group size): the memory formula of the phase on every row of X."""
+    from aflite_fast.core import sparse_solver
+    from aflite_fast.phase.sparse_local import model_group_size, phase_fixed_bytes
+
+    rows = sparse_solver.CSRRows(X)
+    columns = sparse_solver.model_column_sets(rows, lists)
+    width = sparse_solver.local_width(columns)
+    solver = sparse_solver.phase_solver("ce", None, n_classes)
+    nnz = np.diff(rows.indptr)
+    d = X.shape[1]
+    fixed = phase_fixed_bytes(rows, len(lists), d, n_classes, threads, False, width, solver,
+                              max(lst.size for lst in lists), sum(c.size for c in columns),
+                              max(int(nnz[lst].sum()) for lst in lists))
+    group = model_group_size(budget, fixed, len(lists), d, n_classes, 10, width - 1, solver)
+    return fixed, sparse_solver.model_bytes(d, n_classes, 10, width - 1, solver), group
+
+
 def _reset_peak():
     """Reset this process's peak resident set size (Linux: /proc/self/clear_refs); the current size."""
     with open("/proc/self/clear_refs", "w") as fh:
@@ -164,15 +184,14 @@ def main():
     ap.add_argument("--frac", type=float, nargs="+", default=[0.1, 0.5])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--peer-fits", type=int, default=4, help="partitions the peer fits per solver and round")
+    ap.add_argument("--peer-fits", type=int, default=4,
+                    help="partitions the peer fits per solver and round (0: ours only, no peer)")
     ap.add_argument("--max-memory", default="4GB")
     ap.add_argument("--tmp", default="/tmp")
     args = ap.parse_args()
-    from aflite_fast.core.sparse_solver import model_bytes
     from aflite_fast.runtime.memory import parse_memory
 
     X, y = hashed_ngrams(args.n, args.log2d, args.nnz, args.classes)
-    d = X.shape[1]
     path_X = os.path.join(args.tmp, f"sparse_phase_X_{os.getpid()}.npz")
     path_y = os.path.join(args.tmp, f"sparse_phase_y_{os.getpid()}.npy")
     sp.save_npz(path_X, X, compressed=False)
@@ -186,7 +205,7 @@ def main():
             pool.map(time.sleep, [0.01] * args.threads)  # pre-started, data loaded
             for frac in args.frac:
                 lists = partitions(X, y, args.m, frac, 0)
-                fits = lists[:max(args.peer_fits, 2 * args.threads)]
+                fits = lists[:max(args.peer_fits, 2 * args.threads)] if args.peer_fits else []
                 ours_s, peer = [], {"lbfgs": [], "liblinear": []}
                 peaks = []
                 for r in range(args.repeat):
@@ -195,18 +214,21 @@ def main():
                     peaks.append(_status("VmHWM") - base)
                     ours_s.append(s)
                     for solver in peer:
+                        if args.peer_fits == 0:
+                            peer[solver].append(float("nan"))
+                            continue
                         mean_fit, _ = peer_phase(pool, solver, fits, args.threads)
                         peer[solver].append(mean_fit * args.m / args.threads)
-                    print(f"  t/N={frac} round {r}: ours {s:.2f} s; peer phase lbfgs "
+                    print(f"  t/N={frac} round {r}: ours {s:.2f} s (peak RSS growth {peaks[-1] / 1e9:.2f} GB); "
+                          f"peer phase lbfgs "
                           f"{peer['lbfgs'][-1]:.1f} s, liblinear {peer['liblinear'][-1]:.1f} s; "
                           f"load {os.getloadavg()[0]:.2f}", flush=True)
                 peak = max(peaks)
                 best = min(peer, key=lambda k: statistics.median(peer[k]))
                 o, p = statistics.median(ours_s), statistics.median(peer[best])
                 budget = parse_memory(args.max_memory)
-                width = max(np.unique(X[lst].indices).size for lst in lists) + 1
-                per_model = model_bytes(d, args.classes, 10, width - 1)
-                rows.append((frac, o, best, p, p / o, peak, per_model, budget,
+                fixed, per_model, group = formula_bytes(X, lists, args.classes, args.threads, budget)
+                rows.append((frac, o, best, p, p / o, peak, (fixed, per_model, group), budget,
                              statistics.median(peer["lbfgs"]), statistics.median(peer["liblinear"]),
                              float(np.nanmean(res.scores))))
     finally:
@@ -215,11 +237,12 @@ def main():
                 os.remove(path)
     print(f"\nload average {os.getloadavg()[0]:.2f} at the end\n")
     print("| t/N | ours (s) | peer lbfgs (s) | peer liblinear (s) | peer / ours | our peak RSS growth "
-          "| formula per model | max_memory | mean score |")
+          "| formula: fixed + group x per model | max_memory | mean score |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for frac, o, best, p, ratio, peak, per_model, budget, pl, pll, score in rows:
+    for frac, o, best, p, ratio, peak, (fixed, per_model, group), budget, pl, pll, score in rows:
         print(f"| {frac} | {o:.2f} | {pl:.1f} | {pll:.1f} | {ratio:.1f}x ({best}) | {peak / 1e9:.2f} GB "
-              f"| {per_model / 1e6:.0f} MB | {budget / 1e9:.1f} GB | {score:.3f} |")
+              f"| {(fixed + group * per_model) / 1e9:.2f} GB = {fixed / 1e6:.0f} MB + {group} x "
+              f"{per_model / 1e6:.1f} MB | {budget / 1e9:.1f} GB | {score:.3f} |")
     print("\ncommand: python " + " ".join(sys.argv))
 
 

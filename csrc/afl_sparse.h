@@ -15,6 +15,21 @@
  *    feature-major stack W (d + 1, B, C): a non-zero adds x * W[j] (B * C contiguous floats)
  *    to the row's logits.  Rows are independent (threads split the rows) and each row's counts
  *    are added in model order, so calling it on models in groups gives the same bits.
+ * D. Newton-CG (afl_sparse_newton), the solver of the cross-entropy loss: each model over its
+ *    own columns (k of them; local row k the intercept), weights feature-major (a column's C
+ *    weights side by side), by one thread from start to end (threads split the models), so no
+ *    bit depends on the thread count or on the other models of the call.  The model's rows are
+ *    first copied as CSC over its own columns, so that every pass reads the weight vectors in
+ *    order and only the rows' small n x C arrays at random (a CSR pass would read vectors of
+ *    (k + 1) C doubles, megabytes, at random: one cache miss a non-zero).  Each step solves
+ *    H s = -g by conjugate gradients preconditioned by the Hessian's diagonal (each
+ *    Hessian-vector product one pass over the model's rows, from the rows' probabilities at
+ *    the current point), to a residual of min(0.5, sqrt|g|) |g|, then backtracks from the
+ *    full step until the Armijo condition holds.  It stops, as the L-BFGS solver does, when
+ *    the largest gradient entry is at most gtol (a cold start: also at most start_rtol times
+ *    its value at zero) or the objective's relative decrease is at most ftol.  State per
+ *    model: 10 vectors of (k + 1) C doubles, 3 C doubles per training row, and the CSC copy
+ *    (8 bytes a non-zero, 8 a column, 4 a row).
  */
 #ifndef AFL_SPARSE_H
 #define AFL_SPARSE_H
@@ -33,5 +48,27 @@ int afl_sparse_predict(int64_t n, const int64_t *indptr, const int32_t *indices,
 
 void afl_sparse_mark_columns(const int64_t *indptr, const int32_t *indices, int64_t n_rows, const int64_t *rows,
                              uint8_t *mark);
+
+/* the most classes afl_sparse_newton takes (per-column sums on the stack) */
+#define AFL_NEWTON_MAX_C 64
+
+enum {
+    AFL_SOLVER_CONVERGED = 0,
+    AFL_SOLVER_MAX_ITER = 1,
+    AFL_SOLVER_LINE_SEARCH = 2,
+    AFL_SOLVER_NOT_FINITE = 3
+};
+
+/* Newton-CG (D) for B models: model a trains on rows[rptr[a]:rptr[a+1]] over the columns
+ * cols[cptr[a]:cptr[a+1]] (sorted, < d) and its weights w[wptr[a]:] ((k + 1) C doubles,
+ * feature-major, intercept last; start in, solution out).  Returns -1 when scratch memory
+ * could not be allocated, -2 for more than AFL_NEWTON_MAX_C classes, -3 when a model's rows use
+ * a column not among its columns.  precond 0: conjugate
+ * gradients without the diagonal preconditioner (for measurements). */
+int afl_sparse_newton(const int64_t *indptr, const int32_t *indices, const float *data, const int32_t *y, int C,
+                      int64_t d, int64_t B, const int64_t *rptr, const int64_t *rows, const int64_t *cptr,
+                      const int64_t *cols, double *w, const int64_t *wptr, const double *l2, double gtol,
+                      double start_rtol, double ftol, int max_iter, int max_ls, int max_cg, double cg_eta, double cg_abs, int precond, int32_t *n_iter,
+                      int32_t *status, double *fval, int32_t *n_eval, int32_t *n_hvp, int n_threads);
 
 #endif

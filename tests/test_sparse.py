@@ -60,46 +60,92 @@ def assert_same_phase(a, b):
 
 # a. ------------------------------------------------------------------------------------------
 
-def test_threads_and_memory_groups_change_no_bit():
+def phase_budget(X, train_pos, models, loss="ce", with_proba=False):
+    """A max_memory holding the phase's fixed bytes and ``models`` models at a time."""
+    from aflite_fast.core.sparse_solver import (
+        CSRRows,
+        local_width,
+        model_column_sets,
+        phase_solver,
+    )
+    from aflite_fast.phase.sparse_local import phase_fixed_bytes
+
+    rows = CSRRows(X)
+    lists = [tp[tp >= 0] for tp in train_pos]
+    columns = model_column_sets(rows, lists)
+    width = local_width(columns)
+    solver = phase_solver(loss, None, 3)
+    nnz = np.diff(X.indptr)
+    fixed = phase_fixed_bytes(rows, len(lists), X.shape[1], 3, 2, with_proba, width, solver,
+                              max(lst.size for lst in lists), sum(c.size for c in columns),
+                              max(int(nnz[lst].sum()) for lst in lists))
+    return fixed + models * model_bytes(X.shape[1], 3, 10, width - 1, solver)
+
+
+@pytest.mark.parametrize("loss", ["ce", "gce"])
+def test_threads_and_memory_groups_change_no_bit(loss):
+    # "ce": Newton-CG, "gce": L-BFGS (the sparse solvers of each loss)
     X, y = counts_problem()
     train_pos = draw_partitions(X.shape[0], 8, 600)
-    one = phase(X, y, train_pos, n_threads=1)
-    two = phase(X, y, train_pos, n_threads=2)
+    one = phase(X, y, train_pos, n_threads=1, loss=loss)
+    two = phase(X, y, train_pos, n_threads=2, loss=loss)
     assert one.n_blocks == 1
     assert_same_phase(one, two)
-    # a budget holding the rows and about three models at a time: three or more groups
-    per_model = model_bytes(X.shape[1], 3)
-    grouped = phase(X, y, train_pos, n_threads=2, max_memory=3 * per_model + 300_000)
-    assert grouped.n_blocks >= 3 and grouped.n_blocks < 8
+    # a budget holding the rows and three models at a time: three groups
+    grouped = phase(X, y, train_pos, n_threads=2, loss=loss, max_memory=phase_budget(X, train_pos, 3, loss))
+    assert grouped.n_blocks == 3
     assert_same_phase(one, grouped)
     proba_one, proba_grouped = np.zeros((X.shape[0], 3)), np.zeros((X.shape[0], 3))
-    phase(X, y, train_pos, proba_sum=proba_one)
-    phase(X, y, train_pos, proba_sum=proba_grouped, max_memory=3 * per_model + 300_000)
+    phase(X, y, train_pos, proba_sum=proba_one, loss=loss)
+    phase(X, y, train_pos, proba_sum=proba_grouped, loss=loss, n_threads=2,
+          max_memory=phase_budget(X, train_pos, 3, loss, with_proba=True))
     np.testing.assert_array_equal(proba_one, proba_grouped)
 
 
 def test_budget_too_small_for_one_model_is_refused():
     X, y = counts_problem(n=300, d=50)
+    train_pos = draw_partitions(300, 4, 150)
     with pytest.raises(MemoryError, match="max_memory=.*too small for one model of a sparse phase"):
-        phase(X, y, draw_partitions(300, 4, 150), max_memory=model_bytes(50, 3) // 2)
+        phase(X, y, train_pos, n_threads=2, max_memory=phase_budget(X, train_pos, 1) - 1)
+    assert phase(X, y, train_pos, n_threads=2, max_memory=phase_budget(X, train_pos, 1)).n_blocks == 4
 
 
-def test_groups_follow_the_memory_formula():
-    # the budget pays the rows, per-row arrays and coefficients, then per model of a group
-    # (88 + 16 h) (k + 1) C bytes (k: the most columns a model uses) and its full-width arrays
-    from aflite_fast.core.sparse_solver import CSRRows, local_width, model_column_sets
+@pytest.mark.parametrize("solver", ["newton", "lbfgs"])
+def test_groups_follow_the_memory_formula(solver):
+    # the budget pays the rows, per-row arrays, coefficients and each thread's solver scratch,
+    # then per model of a group: Newton-CG 8 (k + 1) C bytes (its local weights; its solver
+    # state is per thread), L-BFGS (88 + 16 h) (k + 1) C (k: the most columns a model uses),
+    # and its full-width arrays
+    from aflite_fast.core.sparse_solver import (
+        CSRRows,
+        local_width,
+        model_column_sets,
+        newton_thread_bytes,
+    )
     from aflite_fast.phase.sparse_local import phase_fixed_bytes
 
     X, y = counts_problem(n=400, d=100, density=0.01)
     train_pos = draw_partitions(400, 8, 200)
     rows = CSRRows(X)
-    width = local_width(model_column_sets(rows, [tp for tp in train_pos]))
+    columns = model_column_sets(rows, [tp for tp in train_pos])
+    width = local_width(columns)
     assert width - 1 < 100  # models use fewer columns than X has: their vectors are shorter
-    fixed = phase_fixed_bytes(rows, 8, 100, 3, 1, width=width)
-    per_model = model_bytes(100, 3, 10, width - 1)
-    assert per_model == (88 + 16 * 10) * width * 3 + 12 * 101 * 3 + 4 * 100
+    entries = sum(c.size for c in columns)
+    z = max(int(np.diff(X.indptr)[tp].sum()) for tp in train_pos)
+    fixed = phase_fixed_bytes(rows, 8, 100, 3, 1, width=width, solver=solver, max_rows=200, n_column_entries=entries,
+                              max_nonzeros=z)
+    per_model = model_bytes(100, 3, 10, width - 1, solver)
+    if solver == "newton":
+        assert per_model == 8 * width * 3 + 12 * 101 * 3
+        assert newton_thread_bytes(100, 3, width - 1, 200, z) == (80 * width * 3 + 24 * 200 * 3 + 8 * z + 8 * width
+                                                                  + 4 * 200 + 4 * 100)
+        assert fixed == phase_fixed_bytes(rows, 8, 100, 3, 0, solver=solver) + 8 * entries + newton_thread_bytes(
+            100, 3, width - 1, 200, z)
+    else:
+        assert per_model == (88 + 16 * 10) * width * 3 + 12 * 101 * 3 + 4 * 100
+    loss = "ce" if solver == "newton" else "gce"
     for k, groups in ((1, 8), (3, 3), (4, 2), (8, 1)):
-        res = phase(X, y, train_pos, n_threads=1, max_memory=fixed + k * per_model)
+        res = phase(X, y, train_pos, n_threads=1, loss=loss, max_memory=fixed + k * per_model)
         assert res.n_blocks == groups
 
 

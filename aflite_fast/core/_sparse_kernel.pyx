@@ -123,3 +123,74 @@ def model_columns(const int64_t[::1] indptr, const int32_t[::1] indices, const i
         with nogil:
             afl_sparse_mark_columns(&indptr[0], &indices[0], rows.shape[0], &rows[0], &mv[0])
     return np.flatnonzero(mark)
+
+
+cdef extern from "afl_sparse.h" nogil:
+    int afl_sparse_newton(const int64_t *indptr, const int32_t *indices, const float *data, const int32_t *y,
+                          int C, int64_t d, int64_t B, const int64_t *rptr, const int64_t *rows,
+                          const int64_t *cptr, const int64_t *cols, double *w, const int64_t *wptr,
+                          const double *l2, double gtol, double start_rtol, double ftol, int max_iter,
+                          int max_ls, int max_cg, double cg_eta, double cg_abs, int precond, int32_t *n_iter, int32_t *status, double *fval,
+                          int32_t *n_eval, int32_t *n_hvp, int n_threads)
+
+
+def sparse_newton(const int64_t[::1] indptr, const int32_t[::1] indices, const float[::1] data,
+                  const int32_t[::1] y,           # IN  (n,) label codes in [0, n_classes)
+                  int n_classes, int64_t d,
+                  const int64_t[::1] rptr,        # IN  (B + 1,) each model's range in rows
+                  const int64_t[::1] rows,        # IN  training rows of the models, sorted per model
+                  const int64_t[::1] cptr,        # IN  (B + 1,) each model's range in cols
+                  const int64_t[::1] cols,        # IN  each model's columns, sorted, < d
+                  double[::1] w,                  # IN/OUT each model's (k + 1) * C weights, feature-major
+                  const double[::1] l2,           # IN  (B,) L2 weight of each model
+                  double gtol, double start_rtol, double ftol, int max_iter, int max_ls, int max_cg,
+                  double cg_eta, double cg_abs, int n_threads, bint precondition=True):
+    """Train B cross-entropy models by Newton-CG (``csrc/afl_sparse.h``, D): conjugate gradients
+    stop at a residual of min(cg_eta, sqrt|g|) |g| or a largest entry of cg_abs * the model's
+    tolerance, or after max_cg steps; ``precondition`` False: without the Hessian's diagonal as
+    their preconditioner.  Returns
+    (n_iter, status, objective, n_eval, n_hvp), one entry per model."""
+    cdef int64_t B = rptr.shape[0] - 1, n = indptr.shape[0] - 1, a, q, total = 0
+    _check_csr(indptr, indices, data)
+    if B < 0 or cptr.shape[0] != B + 1 or l2.shape[0] != B or y.shape[0] != n or n_classes < 2:
+        raise ValueError("sparse_newton: inconsistent shapes")
+    if rptr[B] != rows.shape[0] or cptr[B] != cols.shape[0]:
+        raise ValueError("sparse_newton: inconsistent shapes")
+    wptr = np.zeros(B + 1, dtype=np.int64)
+    cdef int64_t[::1] wp = wptr
+    for a in range(B):
+        if rptr[a + 1] <= rptr[a] or cptr[a + 1] < cptr[a]:
+            raise ValueError("sparse_newton: every model needs at least one training row")
+        wp[a + 1] = wp[a] + (cptr[a + 1] - cptr[a] + 1) * n_classes
+    if w.shape[0] != wp[B]:
+        raise ValueError("sparse_newton: w must hold (k + 1) * n_classes weights a model")
+    for q in range(rows.shape[0]):
+        if rows[q] < 0 or rows[q] >= n or y[rows[q]] < 0 or y[rows[q]] >= n_classes:
+            raise ValueError("sparse_newton: a row or its label out of range")
+    for q in range(cols.shape[0]):
+        if cols[q] < 0 or cols[q] >= d:
+            raise ValueError("sparse_newton: a column out of range")
+    n_iter = np.zeros(B, dtype=np.int32)
+    status = np.zeros(B, dtype=np.int32)
+    fval = np.zeros(B, dtype=np.float64)
+    n_eval = np.zeros(B, dtype=np.int32)
+    n_hvp = np.zeros(B, dtype=np.int32)
+    if B == 0:
+        return n_iter, status, fval, n_eval, n_hvp
+    cdef int32_t[::1] iv = n_iter, sv = status, ev = n_eval, hv = n_hvp
+    cdef double[::1] fv = fval
+    cdef const int32_t *ip = &indices[0] if indices.shape[0] > 0 else NULL
+    cdef const float *dp = &data[0] if data.shape[0] > 0 else NULL
+    cdef const int64_t *cp = &cols[0] if cols.shape[0] > 0 else NULL
+    cdef int rc
+    with nogil:
+        rc = afl_sparse_newton(&indptr[0], ip, dp, &y[0], n_classes, d, B, &rptr[0], &rows[0], &cptr[0], cp,
+                               &w[0], &wp[0], &l2[0], gtol, start_rtol, ftol, max_iter, max_ls, max_cg,
+                               cg_eta, cg_abs, precondition, &iv[0], &sv[0], &fv[0], &ev[0], &hv[0], n_threads)
+    if rc == -2:
+        raise ValueError("sparse_newton: at most 64 classes")
+    if rc == -3:
+        raise ValueError("sparse_newton: a model's rows use a column that is not among its columns")
+    if rc != 0:
+        raise MemoryError("sparse_newton: could not allocate scratch memory")
+    return n_iter, status, fval, n_eval, n_hvp

@@ -7,9 +7,11 @@ and returns the same :class:`~aflite_fast.phase.scores.PhaseScores`:
    (:class:`~aflite_fast.core.sparse_solver.CSRRows`; X memory-mapped from a file larger than
    the budget is read per group of models instead: :mod:`aflite_fast.phase.sparse_rows`);
 2. the partitions' models train in groups of models that ``max_memory`` holds
-   (:func:`model_group_size`), each over the columns its own training rows use; each model's
-   bits are the same whatever its group: a model's sums never depend on the other models of the
-   call, and the solver's width is the phase's (the most columns any model uses);
+   (:func:`model_group_size`), each over the columns its own training rows use (Newton-CG for
+   the cross-entropy loss, else L-BFGS: :func:`~aflite_fast.core.sparse_solver.phase_solver`);
+   each model's bits are the same whatever its group: a model's sums never depend on the other
+   models of the call, a Newton-CG model is solved alone and L-BFGS's width is the phase's (the
+   most columns any model uses);
 3. every active row is predicted by the models that hold it out, group by group (a row's counts
    added in model order, so the grouping changes no bit).
 
@@ -29,28 +31,35 @@ from aflite_fast.phase.sparse_rows import fit_predict_mapped, held_rows
 from aflite_fast.runtime.memory import format_size, parse_memory
 
 
-def phase_fixed_bytes(rows, n_models, n_features, n_classes, n_threads, with_proba=False, width=None):
+def phase_fixed_bytes(rows, n_models, n_features, n_classes, n_threads, with_proba=False, width=None,
+                      solver="newton", max_rows=0, n_column_entries=0, max_nonzeros=0):
     """Bytes of a sparse phase that do not depend on how its models are grouped: the CSR rows,
-    the membership and per-row arrays, every model's coefficients and the threads' scratch
-    (``width``: the solver's local rows, default ``n_features + 1``)."""
+    the membership and per-row arrays, every model's coefficients and column list
+    (``n_column_entries`` columns in all) and the threads' scratch (``width``: the solver's
+    local rows, default ``n_features + 1``; ``max_rows``, ``max_nonzeros``: the most training
+    rows and non-zeros of a model)."""
     n = rows.n_rows
     width = n_features + 1 if width is None else int(width)
     per_row = n_models + 8 + 8 + 4 + 4 + 8 + (8 * n_classes if with_proba else 0)
+    if solver == "lbfgs":
+        scratch = sparse_solver.thread_bytes(width - 1, n_classes)
+    else:
+        scratch = sparse_solver.newton_thread_bytes(n_features, n_classes, width - 1, max_rows, max_nonzeros)
     return (rows.nbytes + n * per_row + 8 * n_models * (n_features + 1) * n_classes
-            + n_threads * 12 * width * n_classes)
+            + 8 * int(n_column_entries) + n_threads * scratch)
 
 
-def model_group_size(budget, fixed, n_models, n_features, n_classes, history, n_columns=None):
+def model_group_size(budget, fixed, n_models, n_features, n_classes, history, n_columns=None, solver="newton"):
     """Models trained (and predicted) together under ``budget`` bytes; MemoryError naming
     ``max_memory`` when not even one fits."""
-    per_model = sparse_solver.model_bytes(n_features, n_classes, history, n_columns)
+    per_model = sparse_solver.model_bytes(n_features, n_classes, history, n_columns, solver)
     size = (budget - fixed) // per_model
     if size < 1:
         raise MemoryError(
             f"max_memory={format_size(budget)} is too small for one model of a sparse phase: "
             f"{format_size(per_model)} per model ({n_features} features x {n_classes} classes, "
-            f"with the solver's history) on top of {format_size(fixed)} of rows, per-row arrays and "
-            "coefficients; raise max_memory")
+            f"with the solver's state) on top of {format_size(fixed)} of rows, per-row arrays, "
+            "coefficients and the solver's scratch; raise max_memory")
     return int(min(n_models, size))
 
 
@@ -102,8 +111,8 @@ def fit_predict(rows, y, lists, heldout, *, n_classes, C, loss="ce", loss_params
     ``budget`` bytes hold.
 
     ``C`` is the kernel's (:func:`aflite_fast.phase.plan.kernel_C`).  Each model is solved over
-    its own columns (:func:`aflite_fast.core.sparse_solver.train_sparse_models`), from the identity
-    (no preconditioner: see docs/sparse.md).  Returns a dict: ``coef``, ``n_iter``, ``status``,
+    its own columns (:func:`aflite_fast.core.sparse_solver.train_sparse_models`): by Newton-CG
+    for the cross-entropy loss, else by L-BFGS from the identity (docs/sparse.md).  Returns a dict: ``coef``, ``n_iter``, ``status``,
     ``n_eval``, ``seen``, ``correct``, ``prob_label``, ``n_groups``, ``seconds``.
     """
     options = options or SolverOptions()
@@ -112,8 +121,12 @@ def fit_predict(rows, y, lists, heldout, *, n_classes, C, loss="ce", loss_params
     # each model solved over its own columns; the width is the phase's, so no bit depends on the groups
     columns = sparse_solver.model_column_sets(rows, lists)
     width = sparse_solver.local_width(columns)
-    fixed = phase_fixed_bytes(rows, m, d, n_classes, n_threads, proba_sum is not None, width)
-    size = model_group_size(budget, fixed, m, d, n_classes, options.history, width - 1)
+    solver = sparse_solver.phase_solver(loss, loss_params, n_classes)
+    row_nnz = np.diff(rows.indptr)
+    fixed = phase_fixed_bytes(rows, m, d, n_classes, n_threads, proba_sum is not None, width, solver,
+                              max((lst.size for lst in lists), default=0), sum(c.size for c in columns),
+                              max((int(row_nnz[lst].sum()) for lst in lists), default=0))
+    size = model_group_size(budget, fixed, m, d, n_classes, options.history, width - 1, solver)
     groups = [np.arange(s, min(m, s + size)) for s in range(0, m, size)]
     coef = np.zeros((m, d + 1, n_classes)) if warm_coef is None else np.array(warm_coef, dtype=np.float64)
     n_iter = np.zeros(m, dtype=np.int32)
@@ -123,7 +136,7 @@ def fit_predict(rows, y, lists, heldout, *, n_classes, C, loss="ce", loss_params
         coef_g, info = sparse_solver.train_sparse_models(
             rows, y, [lists[j] for j in g], n_classes, C=C, loss=loss, loss_params=loss_params,
             coef=np.ascontiguousarray(coef[g]), options=options, n_threads=n_threads,
-            columns=[columns[j] for j in g], width=width)
+            columns=[columns[j] for j in g], width=width, solver=solver)
         coef[g] = coef_g
         n_iter[g], status[g], n_eval[g] = info["n_iter"], info["status"], info["n_eval"]
         del coef_g
