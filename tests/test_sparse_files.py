@@ -144,7 +144,7 @@ def test_mapped_file_gives_the_in_memory_bits(files, reference, monkeypatch):
     assert calls == []  # the rows fit the default budget: read into memory
 
 
-@pytest.mark.parametrize("max_memory", ["2MB", "3MB"])  # 1 and 2-4 models a group
+@pytest.mark.parametrize("max_memory", ["4MB", "5MB"])  # 4-8 and 2 models a group
 def test_mapped_file_larger_than_the_budget_gives_the_same_bits(files, reference, monkeypatch, max_memory):
     folder, _, y = files
     calls = spy_mapped(monkeypatch)
@@ -168,7 +168,7 @@ def test_cli_on_a_mapped_file_larger_than_max_memory(files, reference, tmp_path)
     np.save(tmp_path / "y.npy", y)
     assert main(["filter", str(folder / "stored.npz"), str(tmp_path / "y.npy"), "--out", str(tmp_path / "out"),
                  "--target-size", "17000", "--n-partitions", "8", "--train-size", "0.2", "--slice-size", "1000",
-                 "--seed", "0", "--max-memory", "3MB", "--quiet"]) == 0
+                 "--seed", "0", "--max-memory", "4MB", "--quiet"]) == 0
     np.testing.assert_array_equal(np.load(tmp_path / "out" / "keep.npy"), reference.keep)
 
 
@@ -184,7 +184,7 @@ def test_phase_on_a_mapped_file_allocates_about_the_budget(tmp_path):
     file_bytes = (tmp_path / "big.npz").stat().st_size  # about 12.8 MB
     mapped = open_npz(tmp_path / "big.npz")
     active = np.arange(X.shape[0], dtype=np.int64)
-    train_pos = partition_train_positions(seed_entropy(0), 0, X.shape[0], 4000, 4)
+    train_pos = partition_train_positions(seed_entropy(0), 0, X.shape[0], 2000, 4)
     budget = 4_000_000
     tracemalloc.start()
     try:
@@ -193,3 +193,33 @@ def test_phase_on_a_mapped_file_allocates_about_the_budget(tmp_path):
     finally:
         tracemalloc.stop()
     assert peak < 1.25 * budget < file_bytes / 2, (peak, budget, file_bytes)
+
+
+def test_mapped_phase_counts_the_solvers_thread_scratch(files, monkeypatch):
+    """The groups of a mapped phase leave room for the per-thread scratch of the solver that trains
+    them (Newton-CG's grows with a model's rows and columns), as the in-memory phase does."""
+    folder, _, y = files
+    seen = []
+    real = sparse_rows.sparse_solver.newton_thread_bytes
+
+    def huge(*a, **kw):
+        seen.append(real(*a, **kw))
+        return 10**12
+
+    monkeypatch.setattr(sparse_rows.sparse_solver, "newton_thread_bytes", huge)
+    with pytest.raises(MemoryError, match="max_memory"):
+        aflite(folder / "stored.npz", y, max_memory="4MB", **KW)
+    assert seen and all(b > 0 for b in seen)
+
+
+def test_mapped_file_with_an_lbfgs_loss_gives_the_in_memory_bits(files, monkeypatch):
+    """A loss Newton-CG does not solve (L-BFGS, another memory formula) on a mapped file read per
+    group: the in-memory bits."""
+    folder, X, y = files
+    kw = dict(KW, loss="gce", target_size=18_000)
+    ref = aflite(X, y, **kw)
+    calls = spy_mapped(monkeypatch)
+    res = aflite(folder / "stored.npz", y, max_memory="3MB", n_jobs=2, **kw)
+    assert len(calls) >= len(res.history)
+    np.testing.assert_array_equal(res.keep, ref.keep)
+    np.testing.assert_array_equal(res.scores, ref.scores)

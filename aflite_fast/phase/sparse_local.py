@@ -27,7 +27,7 @@ from aflite_fast.core.solver import SolverOptions
 from aflite_fast.io.rows import membership_matrix
 from aflite_fast.phase.plan import kernel_C
 from aflite_fast.phase.scores import PhaseScores
-from aflite_fast.phase.sparse_rows import fit_predict_mapped, held_rows
+from aflite_fast.phase.sparse_rows import active_lengths, fit_predict_mapped, held_rows, is_mapped, rows_bytes
 from aflite_fast.runtime.memory import format_size, parse_memory
 
 
@@ -47,6 +47,24 @@ def phase_fixed_bytes(rows, n_models, n_features, n_classes, n_threads, with_pro
         scratch = sparse_solver.newton_thread_bytes(n_features, n_classes, width - 1, max_rows, max_nonzeros)
     return (rows.nbytes + n * per_row + 8 * n_models * (n_features + 1) * n_classes
             + 8 * int(n_column_entries) + n_threads * scratch)
+
+
+def in_memory_bytes(lengths, lists, n_features, n_classes, n_threads, with_proba, solver, history):
+    """A bound on the bytes of the in-memory phase (:func:`fit_predict`) with one model a group,
+    from the active rows' stored values (``lengths``) and each model's training rows (``lists``)
+    alone, before the rows are read: each model's columns at most its stored values and d."""
+    d = int(n_features)
+    nnz = [int(lengths[lst].sum()) for lst in lists]
+    k = min(d, max(nnz, default=0))
+
+    class _Rows:  # the CSR rows' size, in the kernel's types (CSRRows.nbytes)
+        n_rows = int(lengths.size)
+        nbytes = rows_bytes(int(lengths.sum()), int(lengths.size))
+
+    fixed = phase_fixed_bytes(_Rows, len(lists), d, n_classes, n_threads, with_proba, k + 1, solver,
+                              max((lst.size for lst in lists), default=0), sum(min(d, z) for z in nnz),
+                              max(nnz, default=0))
+    return fixed + sparse_solver.model_bytes(d, n_classes, history, k, solver)
 
 
 def model_group_size(budget, fixed, n_models, n_features, n_classes, history, n_columns=None, solver="newton"):
@@ -84,12 +102,16 @@ def score_phase_sparse(X, codes, active, center, train_pos, *, n_classes, C=1.0,
     budget = parse_memory(max_memory)
     t0 = time.perf_counter()
     m, t = train_pos.shape
+    lists = [np.ascontiguousarray(tp[tp >= 0], dtype=np.int64) for tp in train_pos]
     # the active rows in memory, or None: X mapped from a file larger than the budget (phase.sparse_rows)
-    rows = held_rows(X, active, budget, n_models=m, n_classes=n_classes, n_threads=n_threads,
-                     history=options.history, with_proba=proba_sum is not None)
+    need = None
+    if is_mapped(X):
+        need = in_memory_bytes(active_lengths(X, active), lists, X.shape[1], n_classes, n_threads,
+                               proba_sum is not None, sparse_solver.phase_solver(loss, loss_params, n_classes),
+                               options.history)
+    rows = held_rows(X, active, budget, need)
     read_seconds = time.perf_counter() - t0
     y = np.ascontiguousarray(codes[active], dtype=np.int32)
-    lists = [np.ascontiguousarray(tp[tp >= 0], dtype=np.int64) for tp in train_pos]
     member = membership_matrix(train_pos, active.size, np.empty((active.size, m), dtype=np.uint8))
     heldout = np.subtract(1, member, out=member)
     solver = dict(n_classes=n_classes, C=kernel_C(C, n_classes), loss=loss, loss_params=loss_params, options=options,

@@ -5,7 +5,8 @@ X memory-mapped from an uncompressed ``save_npz`` file (:func:`aflite_fast.io.sp
 is never copied whole into memory:
 
 a. :func:`held_rows`: when the active rows, in the kernel's types (8 bytes a stored value, 8 a
-   row), fit the budget with the phase's per-row arrays and one model, they are read into memory
+   row), fit the budget with the phase's per-row arrays, the solver's scratch and one model
+   (:func:`aflite_fast.phase.sparse_local.in_memory_bytes`), they are read into memory
    a piece at a time (:func:`aflite_fast.io.sparse.gather_csr_rows`) and the phase runs as on
    in-memory X (:func:`aflite_fast.phase.sparse_local.fit_predict`).  X held in memory is taken
    as it was before (:class:`~aflite_fast.core.sparse_solver.CSRRows`).
@@ -55,25 +56,24 @@ def rows_bytes(n_values, n_rows):
     return 8 * int(n_values) + 8 * (int(n_rows) + 1)
 
 
-def fixed_bytes(n_rows, n_models, n_features, n_classes, n_threads, with_proba=False):
+def fixed_bytes(n_rows, n_models, n_features, n_classes, n_threads, with_proba=False, scratch=None):
     """Bytes of a phase on mapped rows that do not depend on its groups: the per-row arrays (those
     of :func:`aflite_fast.phase.sparse_local.phase_fixed_bytes`, plus each row's length and the
-    groups' row mask), every model's coefficients and column marks, and the threads' scratch at
-    full width."""
+    groups' row mask), every model's coefficients and column marks, and the threads' scratch
+    (``scratch`` bytes a thread; default the member pass's at full width)."""
     per_row = n_models + 8 + 8 + 4 + 4 + 8 + 8 + 1 + (8 * n_classes if with_proba else 0)
+    if scratch is None:
+        scratch = sparse_solver.thread_bytes(n_features, n_classes)
     return (n_rows * per_row + 8 * n_models * (n_features + 1) * n_classes + n_models * n_features
-            + n_threads * sparse_solver.thread_bytes(n_features, n_classes))
+            + n_threads * int(scratch))
 
 
-def held_rows(X, active, budget, *, n_models, n_classes, n_threads, history, with_proba=False):
-    """The active rows of CSR X for the in-memory phase, or None when X is memory-mapped and they
-    do not fit ``budget`` (then :func:`fit_predict_mapped`); see the module docstring, a."""
+def held_rows(X, active, budget, need):
+    """The active rows of CSR X for the in-memory phase, or None when X is memory-mapped and the
+    in-memory phase would need more than ``budget`` (``need`` bytes, the caller's bound: then
+    :func:`fit_predict_mapped`); see the module docstring, a."""
     if not is_mapped(X):
         return sparse_solver.CSRRows(X, active)
-    d = X.shape[1]
-    need = (rows_bytes(active_lengths(X, active).sum(), active.size)
-            + fixed_bytes(active.size, n_models, d, n_classes, n_threads, with_proba)
-            + sparse_solver.model_bytes(d, n_classes, history))
     if need > budget:
         return None
     return GatheredRows(X, active, piece_values(budget))
@@ -125,7 +125,7 @@ def fit_predict_mapped(X, active, y, lists, heldout, *, n_classes, C, loss="ce",
     piece = piece_values(budget)
     t0 = time.perf_counter()
     lengths = active_lengths(X, active)
-    fixed = fixed_bytes(n, m, d, n_classes, n_threads, proba_sum is not None)
+    solver = sparse_solver.phase_solver(loss, loss_params, n_classes)
     read = {"train": 0.0, "predict": 0.0}
 
     def gather(positions, what):
@@ -148,7 +148,13 @@ def fit_predict_mapped(X, active, y, lists, heldout, *, n_classes, C, loss="ce",
     columns = [np.flatnonzero(mark) for mark in marks]
     del marks
     width = sparse_solver.local_width(columns)
-    per_model = sparse_solver.model_bytes(d, n_classes, options.history, width - 1)
+    per_model = sparse_solver.model_bytes(d, n_classes, options.history, width - 1, solver)
+    # the threads' scratch of the solver that trains the models (Newton-CG: one model's rows and
+    # vectors a thread, sized by the largest model), as the in-memory phase counts it
+    scratch = (sparse_solver.newton_thread_bytes(d, n_classes, width - 1, max((r.size for r in lists), default=0),
+                                                 max((int(lengths[r].sum()) for r in lists), default=0))
+               if solver == "newton" else None)
+    fixed = fixed_bytes(n, m, d, n_classes, n_threads, proba_sum is not None, scratch)
     groups = _group_models(lists, lengths, per_model, budget - fixed, budget)
     coef = np.zeros((m, d + 1, n_classes)) if warm_coef is None else np.array(warm_coef, dtype=np.float64)
     n_iter = np.zeros(m, dtype=np.int32)
@@ -161,7 +167,7 @@ def fit_predict_mapped(X, active, y, lists, heldout, *, n_classes, C, loss="ce",
         coef_g, info = sparse_solver.train_sparse_models(
             rows, y[union], local, n_classes, C=C, loss=loss, loss_params=loss_params,
             coef=np.ascontiguousarray(coef[g]), options=options, n_threads=n_threads,
-            columns=[columns[j] for j in g], width=width)
+            columns=[columns[j] for j in g], width=width, solver=solver)
         coef[g] = coef_g
         n_iter[g], status[g], n_eval[g] = info["n_iter"], info["status"], info["n_eval"]
         del coef_g, rows, local
