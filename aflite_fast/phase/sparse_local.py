@@ -134,8 +134,9 @@ def fit_predict(rows, y, lists, heldout, *, n_classes, C, loss="ce", loss_params
 
     ``C`` is the kernel's (:func:`aflite_fast.phase.plan.kernel_C`).  Each model is solved over
     its own columns (:func:`aflite_fast.core.sparse_solver.train_sparse_models`): by Newton-CG
-    for the cross-entropy loss, else by L-BFGS from the identity (docs/sparse.md).  Returns a dict: ``coef``, ``n_iter``, ``status``,
-    ``n_eval``, ``seen``, ``correct``, ``prob_label``, ``n_groups``, ``seconds``.
+    for the cross-entropy loss, else by L-BFGS from the identity (docs/sparse.md).  Returns a
+    dict: ``coef``, ``n_iter``, ``status``, ``n_eval``, ``seen``, ``correct``, ``prob_label``,
+    ``n_groups``, ``seconds``.
     """
     options = options or SolverOptions()
     n, m, d = rows.n_rows, len(lists), rows.n_features
