@@ -102,6 +102,21 @@ def test_threads_and_memory_groups_change_no_bit(loss):
     np.testing.assert_array_equal(proba_one, proba_grouped)
 
 
+def test_a_warm_start_is_paid_for_beside_the_phases_copy():
+    # the caller's starting point and the phase's copy of it are both held while the phase
+    # trains: a warm-started phase pays 8 (d + 1) C bytes a model more before its groups
+    X, y = counts_problem()
+    train_pos = draw_partitions(X.shape[0], 8, 600)
+    m, D = train_pos.shape[0], X.shape[1] + 1
+    budget = phase_budget(X, train_pos, 3) + 8 * m * D * 3
+    cold = phase(X, y, train_pos, n_threads=2, max_memory=budget)
+    warm = np.ascontiguousarray(cold.coef)
+    grouped = phase(X, y, train_pos, n_threads=2, max_memory=budget, warm_coef=warm)
+    alone = phase(X, y, train_pos, n_threads=2, warm_coef=warm)
+    assert cold.n_blocks < 3 and grouped.n_blocks == 3
+    assert_same_phase(alone, grouped)
+
+
 def test_budget_too_small_for_one_model_is_refused():
     X, y = counts_problem(n=300, d=50)
     train_pos = draw_partitions(300, 4, 150)

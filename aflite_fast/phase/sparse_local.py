@@ -32,12 +32,13 @@ from aflite_fast.runtime.memory import format_size, parse_memory
 
 
 def phase_fixed_bytes(rows, n_models, n_features, n_classes, n_threads, with_proba=False, width=None,
-                      solver="newton", max_rows=0, n_column_entries=0, max_nonzeros=0):
+                      solver="newton", max_rows=0, n_column_entries=0, max_nonzeros=0, warm=False):
     """Bytes of a sparse phase that do not depend on how its models are grouped: the CSR rows,
     the membership and per-row arrays, every model's coefficients and column list
     (``n_column_entries`` columns in all) and the threads' scratch (``width``: the solver's
     local rows, default ``n_features + 1``; ``max_rows``, ``max_nonzeros``: the most training
-    rows and non-zeros of a model)."""
+    rows and non-zeros of a model; ``warm``: the caller's warm start is held beside the phase's
+    copy of it, so the coefficients count twice)."""
     n = rows.n_rows
     width = n_features + 1 if width is None else int(width)
     per_row = n_models + 8 + 8 + 4 + 4 + 8 + (8 * n_classes if with_proba else 0)
@@ -45,11 +46,11 @@ def phase_fixed_bytes(rows, n_models, n_features, n_classes, n_threads, with_pro
         scratch = sparse_solver.thread_bytes(width - 1, n_classes)
     else:
         scratch = sparse_solver.newton_thread_bytes(n_features, n_classes, width - 1, max_rows, max_nonzeros)
-    return (rows.nbytes + n * per_row + 8 * n_models * (n_features + 1) * n_classes
+    return (rows.nbytes + n * per_row + (2 if warm else 1) * 8 * n_models * (n_features + 1) * n_classes
             + 8 * int(n_column_entries) + n_threads * scratch)
 
 
-def in_memory_bytes(lengths, lists, n_features, n_classes, n_threads, with_proba, solver, history):
+def in_memory_bytes(lengths, lists, n_features, n_classes, n_threads, with_proba, solver, history, warm=False):
     """A bound on the bytes of the in-memory phase (:func:`fit_predict`) with one model a group,
     from the active rows' stored values (``lengths``) and each model's training rows (``lists``)
     alone, before the rows are read: each model's columns at most its stored values and d."""
@@ -63,7 +64,7 @@ def in_memory_bytes(lengths, lists, n_features, n_classes, n_threads, with_proba
 
     fixed = phase_fixed_bytes(_Rows, len(lists), d, n_classes, n_threads, with_proba, k + 1, solver,
                               max((lst.size for lst in lists), default=0), sum(min(d, z) for z in nnz),
-                              max(nnz, default=0))
+                              max(nnz, default=0), warm)
     return fixed + sparse_solver.model_bytes(d, n_classes, history, k, solver)
 
 
@@ -108,7 +109,7 @@ def score_phase_sparse(X, codes, active, center, train_pos, *, n_classes, C=1.0,
     if is_mapped(X):
         need = in_memory_bytes(active_lengths(X, active), lists, X.shape[1], n_classes, n_threads,
                                proba_sum is not None, sparse_solver.phase_solver(loss, loss_params, n_classes),
-                               options.history)
+                               options.history, warm_coef is not None)
     rows = held_rows(X, active, budget, need)
     read_seconds = time.perf_counter() - t0
     y = np.ascontiguousarray(codes[active], dtype=np.int32)
@@ -148,7 +149,7 @@ def fit_predict(rows, y, lists, heldout, *, n_classes, C, loss="ce", loss_params
     row_nnz = np.diff(rows.indptr)
     fixed = phase_fixed_bytes(rows, m, d, n_classes, n_threads, proba_sum is not None, width, solver,
                               max((lst.size for lst in lists), default=0), sum(c.size for c in columns),
-                              max((int(row_nnz[lst].sum()) for lst in lists), default=0))
+                              max((int(row_nnz[lst].sum()) for lst in lists), default=0), warm_coef is not None)
     size = model_group_size(budget, fixed, m, d, n_classes, options.history, width - 1, solver)
     groups = [np.arange(s, min(m, s + size)) for s in range(0, m, size)]
     coef = np.zeros((m, d + 1, n_classes)) if warm_coef is None else np.array(warm_coef, dtype=np.float64)

@@ -56,16 +56,17 @@ def rows_bytes(n_values, n_rows):
     return 8 * int(n_values) + 8 * (int(n_rows) + 1)
 
 
-def fixed_bytes(n_rows, n_models, n_features, n_classes, n_threads, with_proba=False, scratch=None):
+def fixed_bytes(n_rows, n_models, n_features, n_classes, n_threads, with_proba=False, scratch=None, warm=False):
     """Bytes of a phase on mapped rows that do not depend on its groups: the per-row arrays (those
     of :func:`aflite_fast.phase.sparse_local.phase_fixed_bytes`, plus each row's length and the
     groups' row mask), every model's coefficients and column marks, and the threads' scratch
-    (``scratch`` bytes a thread; default the member pass's at full width)."""
+    (``scratch`` bytes a thread; default the member pass's at full width); ``warm``: the
+    caller's warm start is held beside the phase's copy, so the coefficients count twice."""
     per_row = n_models + 8 + 8 + 4 + 4 + 8 + 8 + 1 + (8 * n_classes if with_proba else 0)
     if scratch is None:
         scratch = sparse_solver.thread_bytes(n_features, n_classes)
-    return (n_rows * per_row + 8 * n_models * (n_features + 1) * n_classes + n_models * n_features
-            + n_threads * int(scratch))
+    return (n_rows * per_row + (2 if warm else 1) * 8 * n_models * (n_features + 1) * n_classes
+            + n_models * n_features + n_threads * int(scratch))
 
 
 def held_rows(X, active, budget, need):
@@ -154,7 +155,7 @@ def fit_predict_mapped(X, active, y, lists, heldout, *, n_classes, C, loss="ce",
     scratch = (sparse_solver.newton_thread_bytes(d, n_classes, width - 1, max((r.size for r in lists), default=0),
                                                  max((int(lengths[r].sum()) for r in lists), default=0))
                if solver == "newton" else None)
-    fixed = fixed_bytes(n, m, d, n_classes, n_threads, proba_sum is not None, scratch)
+    fixed = fixed_bytes(n, m, d, n_classes, n_threads, proba_sum is not None, scratch, warm_coef is not None)
     groups = _group_models(lists, lengths, per_model, budget - fixed, budget)
     coef = np.zeros((m, d + 1, n_classes)) if warm_coef is None else np.array(warm_coef, dtype=np.float64)
     n_iter = np.zeros(m, dtype=np.int32)
