@@ -395,8 +395,10 @@ def _actor_result(client, future, address):
         try:
             return future.result(timeout=_POLL_SECONDS)
         except TimeoutError:
-            if future.done():  # the method's own TimeoutError
-                raise
+            if future.done():
+                # finished between the wait and this check (a loaded machine widens that
+                # window): its result, or the method's own error (its own TimeoutError too)
+                return future.result()
             if address not in _live_workers(client):
                 raise _WorkerLost({address}) from None
 
