@@ -19,6 +19,7 @@ and returns the same :class:`~aflite_fast.phase.scores.PhaseScores`:
 columns' means, and the models are those of the uncentred rows (docs/sparse.md).
 """
 import time
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -58,11 +59,9 @@ def in_memory_bytes(lengths, lists, n_features, n_classes, n_threads, with_proba
     nnz = [int(lengths[lst].sum()) for lst in lists]
     k = min(d, max(nnz, default=0))
 
-    class _Rows:  # the CSR rows' size, in the kernel's types (CSRRows.nbytes)
-        n_rows = int(lengths.size)
-        nbytes = rows_bytes(int(lengths.sum()), int(lengths.size))
-
-    fixed = phase_fixed_bytes(_Rows, len(lists), d, n_classes, n_threads, with_proba, k + 1, solver,
+    # the CSR rows' size in the kernel's types, as CSRRows.nbytes will be once they are read
+    rows = SimpleNamespace(n_rows=int(lengths.size), nbytes=rows_bytes(int(lengths.sum()), int(lengths.size)))
+    fixed = phase_fixed_bytes(rows, len(lists), d, n_classes, n_threads, with_proba, k + 1, solver,
                               max((lst.size for lst in lists), default=0), sum(min(d, z) for z in nnz),
                               max(nnz, default=0), warm)
     return fixed + sparse_solver.model_bytes(d, n_classes, history, k, solver)
