@@ -96,7 +96,7 @@ typedef struct {
 typedef struct {
     void (*super_block)(const afl_member_set *, int64_t, int64_t, const int64_t *, const float *,
                         const double *, double *, int64_t, afl_member_scratch *);
-    void (*predict_rows)(int64_t, int64_t, int64_t, int, const float *, int64_t, const int32_t *,
+    void (*predict_rows)(int64_t, int64_t, int64_t, int, int, const float *, int64_t, const int32_t *,
                          const uint8_t *, int32_t *, int32_t *, double *, double *, double *,
                          int32_t *);
 } afl_rows_impl;
@@ -211,9 +211,10 @@ static int member_range(const afl_member_set *s, int64_t nA, const int64_t *acti
     /* the loss step's scratch: per row of C classes, or per item of G candidates */
     const int G = s->G > 1 ? s->G : 1;
     const int64_t qp = afl_member_pad(qmax);
-    const int64_t nwork = (C + 4) * qp > (G + 4) * afl_member_pad(qmax / G)
-        ? (C + 4) * qp : (G + 4) * afl_member_pad(qmax / G);
-    const int ncz = C > G ? C : G;
+    const int CF = C + (s->ref ? 1 : 0);  /* classes of the loss step */
+    const int64_t nwork = (CF + 4) * qp > (G + 4) * afl_member_pad(qmax / G)
+        ? (CF + 4) * qp : (G + 4) * afl_member_pad(qmax / G);
+    const int ncz = CF > G ? CF : G;
     if (n_threads < 1) n_threads = 1;
     if (n_threads > nu) n_threads = nu > 0 ? (int)nu : 1;
     int failed = 0;
@@ -568,12 +569,15 @@ int afl_member_eval_tree(const afl_member_set *s, int64_t nA, const int64_t *act
 int afl_predict(int64_t n, int64_t D, const float *X, int64_t ldx, int64_t B, int C,
                 const float *W, const int64_t *col_blocks, int64_t ncb, const int32_t *y,
                 const uint8_t *heldout, int32_t *seen, int32_t *correct, double *prob_label,
-                double *proba_sum, int64_t tile, int n_threads, int G)
+                double *proba_sum, int64_t tile, int n_threads, int G, int ref)
 {
     if (G < 1) G = 1;
-    /* BC: scores per row; CI: classes per item (an item's G candidates with G > 1) */
+    if (G > 1) ref = 0;
+    ref = ref ? 1 : 0;
+    /* BC: scores per row; CI: classes per item (an item's G candidates with G > 1; with ref,
+     * the C outputs and the reference class) */
     const int64_t BC = B * (int64_t)C, bp = afl_member_pad(B);
-    const int CI = C * G;
+    const int CI = C * G + ref;
     if (n <= 0 || B <= 0) return 0;
     afl_member_init();
     if (n_threads < 1) n_threads = 1;
@@ -600,7 +604,7 @@ int afl_predict(int64_t n, int64_t D, const float *X, int64_t ldx, int64_t B, in
         for (int64_t b = 0; b < nblk; b++) {
             const int64_t i0 = r0 + b * 64, i1 = i0 + 64 < r1 ? i0 + 64 : r1;
             const int t = omp_get_thread_num();
-            afl_rows.predict_rows(i0, i1, B, CI, Z + (i0 - r0) * G * BC, G * BC, y, heldout, seen,
+            afl_rows.predict_rows(i0, i1, B, CI, ref, Z + (i0 - r0) * G * BC, G * BC, y, heldout, seen,
                                   correct, prob_label, proba_sum, work + t * (CI + 2) * bp, am + t * bp);
         }
     }

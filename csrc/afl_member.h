@@ -75,7 +75,9 @@ typedef struct {
     int64_t n, D;            /* rows of X; columns (features + the ones column) */
     int64_t ldx;             /* stride of X's rows (>= D); a multiple of 16 keeps rows aligned */
     int64_t Dp;              /* stride of W's and grad's class rows: D rounded up to AFL_MEMBER_ALIGN */
-    int C;                   /* outputs per row: classes (1 with G > 1) */
+    int C;                   /* outputs per row: classes (1 with G > 1), or with ref all but one */
+    int ref;                 /* 1: C + 1 classes, the last one's logit fixed at 0 (the
+                              * reference-class form, G == 1); 0: C classes */
     int G;                   /* rows per item: 1, or G > 1 candidates of a multiple-choice item */
     const float *X;          /* n rows of ldx floats, the first D of each used */
     const int32_t *y;        /* n / G label codes (per item: the right candidate with G > 1) */
@@ -149,8 +151,9 @@ void afl_member_init(void);
 
 /* Held-out predictions of B models on n rows (stride ldx), W the D x (C * B) class-major
  * weights (column c * B + j: class c of model j).  With G > 1 (and C == 1) the n items are
- * n x G candidate rows, scored by the GEMM, and an item's G scores are its G classes.
- * Where heldout[i * B + j], seen[i] += 1,
+ * n x G candidate rows, scored by the GEMM, and an item's G scores are its G classes.  With
+ * ref = 1 (G == 1) the rows have C + 1 classes, the last with logit 0 (the reference-class
+ * form; proba_sum rows of C + 1).  Where heldout[i * B + j], seen[i] += 1,
  * correct[i] += (arg max == y[i]) (lowest class on ties; y[i] < 0: no label), prob_label[i] +=
  * p_{y[i]}, proba_sum[i * C + c] += p_c (when not NULL).  Logits: the deterministic GEMM with
  * K-blocks col_blocks, `tile` rows at a time (<= 0: AFL_PREDICT_TILE_BYTES of logits);
@@ -159,7 +162,7 @@ void afl_member_init(void);
 int afl_predict(int64_t n, int64_t D, const float *X, int64_t ldx, int64_t B, int C,
                 const float *W, const int64_t *col_blocks, int64_t ncb, const int32_t *y,
                 const uint8_t *heldout, int32_t *seen, int32_t *correct, double *prob_label,
-                double *proba_sum, int64_t tile, int n_threads, int G);
+                double *proba_sum, int64_t tile, int n_threads, int G, int ref);
 
 #ifdef __cplusplus
 }

@@ -380,28 +380,33 @@ static inline double AFL_F(ce_loss_sum)(const double *gap, const double *s, int6
     return lin + (logs + log(prod));
 }
 
-/* Cross-entropy over q rows: returns sum_i -log p_{y_i} and writes
- * R[i * C + c] = scale * (p_ic - [c == y_i]) (float32).  Vectorised over the rows: logits are
- * moved into class-major doubles (rows padded to whole vectors with zeros), so the max, the
- * exponentials and the sums are loops over rows.  work: (C + 4) * afl_member_pad(q) doubles. */
-static double AFL_F(ce_rows)(int64_t q, int C, const float *Z, const int32_t *yl,
+/* Cross-entropy over q rows of C logits (ref = 1: C + 1 classes, the last one's logit fixed
+ * at 0, the reference-class form): returns sum_i -log p_{y_i} and writes
+ * R[i * C + c] = scale * (p_ic - [c == y_i]) for the C logits (float32).  Vectorised over the
+ * rows: logits are moved into class-major doubles (rows padded to whole vectors with zeros), so
+ * the max, the exponentials and the sums are loops over rows.  work: (C + ref + 4) *
+ * afl_member_pad(q) doubles. */
+static double AFL_F(ce_rows)(int64_t q, int C, int ref, const float *Z, const int32_t *yl,
                              double scale, float *R, double *work)
 {
     const int64_t qp = afl_member_pad(q);
-    double *e = work, *mx = e + C * qp, *gap = mx + qp, *s = gap + qp, *sc = s + qp;
+    const int CF = C + ref;  /* classes */
+    double *e = work, *mx = e + CF * qp, *gap = mx + qp, *s = gap + qp, *sc = s + qp;
     for (int c = 0; c < C; c++) {
         double *ec = e + c * qp;
         for (int64_t i = 0; i < q; i++) ec[i] = (double)Z[i * C + c];
         for (int64_t i = q; i < qp; i++) ec[i] = 0.0;
     }
+    for (int c = C; c < CF; c++)
+        for (int64_t i = 0; i < qp; i++) e[c * qp + i] = 0.0;  /* the reference class */
     AFL_IVDEP
     for (int64_t i = 0; i < qp; i++) mx[i] = e[i];
-    for (int c = 1; c < C; c++) {
+    for (int c = 1; c < CF; c++) {
         AFL_IVDEP
         for (int64_t i = 0; i < qp; i++) mx[i] = e[c * qp + i] > mx[i] ? e[c * qp + i] : mx[i];
     }
     for (int64_t i = 0; i < q; i++) gap[i] = mx[i] - e[yl[i] * qp + i];  /* max - label logit */
-    AFL_F(exp_and_sum)(e, C, qp, qp, mx, s);
+    AFL_F(exp_and_sum)(e, CF, qp, qp, mx, s);
     AFL_IVDEP
     for (int64_t i = 0; i < qp; i++) sc[i] = scale / s[i];
     for (int c = 0; c < C; c++) {
@@ -412,16 +417,19 @@ static double AFL_F(ce_rows)(int64_t q, int C, const float *Z, const int32_t *yl
     return AFL_F(ce_loss_sum)(gap, s, q);
 }
 
-/* Any other loss: afl_row_loss once per row (libm, double). */
-static double AFL_F(generic_rows)(const afl_member_set *s, int64_t q, int C, const float *Z,
-                                  const int32_t *yl, double scale, float *R, float *zb,
-                                  double *pbuf)
+/* Any other loss: afl_row_loss once per row (libm, double); C logits a row, ref as in
+ * ce_rows (zb: C + ref floats). */
+static double AFL_F(generic_rows)(const afl_member_set *s, int64_t q, int C, int ref,
+                                  const float *Z, const int32_t *yl, double scale, float *R,
+                                  float *zb, double *pbuf)
 {
     double loss = 0.0;
     for (int64_t i = 0; i < q; i++) {
         for (int c = 0; c < C; c++) zb[c] = Z[i * C + c];
-        loss += afl_row_loss(s->loss_code, s->params, s->user, C, zb, yl[i], pbuf, scale,
-                             R + i * C);
+        if (ref) zb[C] = 0.0f;
+        /* the gradient over the C + ref classes, in place of the logits */
+        loss += afl_row_loss(s->loss_code, s->params, s->user, C + ref, zb, yl[i], pbuf, scale, zb);
+        for (int c = 0; c < C; c++) R[i * C + c] = zb[c];
     }
     return loss;
 }
@@ -873,8 +881,8 @@ static void AFL_F(super_block)(const afl_member_set *s, int64_t sb, int64_t nA,
             const float *Z = w->Z + (off[a] - off[0]) * C;
             float *R = w->R + off[a] * C;
             part[a * stride + P] += s->loss_code == AFL_LOSS_CE
-                ? AFL_F(ce_rows)(qi, CI, Z, w->yl, scale[a], R, w->work)
-                : AFL_F(generic_rows)(s, qi, CI, Z, w->yl, scale[a], R, w->zb, w->work);
+                ? AFL_F(ce_rows)(qi, CI, s->ref, Z, w->yl, scale[a], R, w->work)
+                : AFL_F(generic_rows)(s, qi, CI, s->ref, Z, w->yl, scale[a], R, w->zb, w->work);
         }
     }
     /* the last slice first: the last row block's is still in cache from the logits */
@@ -911,11 +919,12 @@ static void AFL_F(super_block)(const afl_member_set *s, int64_t sb, int64_t nA,
 }
 
 /* Prediction of rows i0 <= i < i1 from their logits Z (row i at Z + (i - i0) * ldz; class c of
- * model j at c * B + j, class-major so every step is a loop over the models): where
+ * model j at c * B + j, class-major so every step is a loop over the models; with ref = 1 the
+ * last of the C classes has no logit in Z, its logit is 0, the reference-class form): where
  * heldout[i * B + j], seen[i] += 1, correct[i] += (arg max == y[i]) (lowest class on ties),
  * prob_label[i] += p_{y[i]} (y[i] >= 0), proba_sum[i * C + c] += p_c (when not NULL); sums over
  * the models in model order.  work: (C + 2) * afl_member_pad(B) doubles, am: B ints. */
-static void AFL_F(predict_rows)(int64_t i0, int64_t i1, int64_t B, int C, const float *Z,
+static void AFL_F(predict_rows)(int64_t i0, int64_t i1, int64_t B, int C, int ref, const float *Z,
                                 int64_t ldz, const int32_t *y, const uint8_t *heldout,
                                 int32_t *seen, int32_t *correct, double *prob_label,
                                 double *proba_sum, double *work, int32_t *am)
@@ -927,11 +936,13 @@ static void AFL_F(predict_rows)(int64_t i0, int64_t i1, int64_t B, int C, const 
         const float *z = Z + (i - i0) * ldz;
         const uint8_t *h = heldout + i * B;
         const int yi = y[i];
-        for (int c = 0; c < C; c++) {
+        for (int c = 0; c < C - ref; c++) {
             AFL_IVDEP
             for (int64_t j = 0; j < B; j++) e[c * bp + j] = (double)z[c * B + j];
             for (int64_t j = B; j < bp; j++) e[c * bp + j] = 0.0;  /* pads: exp(0), harmless */
         }
+        for (int c = C - ref; c < C; c++)
+            for (int64_t j = 0; j < bp; j++) e[c * bp + j] = 0.0;  /* the reference class */
         AFL_IVDEP
         for (int64_t j = 0; j < B; j++) { mx[j] = e[j]; am[j] = 0; }
         for (int c = 1; c < C; c++) {

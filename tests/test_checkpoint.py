@@ -271,3 +271,22 @@ def test_a_checkpoint_of_other_phase_records_is_refused(data, tmp_path, monkeypa
     saved.save(state)
     with pytest.raises(ValueError, match="phase records do not fit"):
         aflite(X, y, checkpoint=path, **RUN)
+
+
+@pytest.mark.parametrize("version, what", [(1, "by position"), (2, "reference-class form")])
+def test_a_checkpoint_of_an_earlier_version_is_refused(data, tmp_path, monkeypatch, version, what):
+    """Phases of other arithmetic never continue a run: the header's version is checked first."""
+    X, y, _ = data
+    path = tmp_path / "c.npz"
+    _interrupted_run(monkeypatch, X, y, path, 1, RUN)
+    with np.load(path) as npz:
+        arrays = {name: npz[name] for name in npz.files}
+    header = json.loads(arrays["header"].tobytes().decode("utf-8"))
+    assert header["version"] == checkpoint.VERSION
+    header["version"] = version
+    arrays["header"] = np.frombuffer(json.dumps(header).encode("utf-8"), dtype=np.uint8)
+    np.savez(path, **arrays)
+    before = path.read_bytes()
+    with pytest.raises(ValueError, match=f"version {version}.*{what}"):
+        aflite(X, y, checkpoint=path, **RUN)
+    assert path.read_bytes() == before

@@ -156,7 +156,8 @@ def test_score_phase_bitwise_shards_float16_blocks(client, seed, tmp_path):
 
     moved = remote.bytes_moved
     assert moved["counts_back"] == active.size * (1 + 1 + 8 + 2 * 8)  # seen, correct in uint8 (6 models)
-    assert moved["predict_weights"] == 2 * (X.shape[1] + 1) * 6 * 2 * 4
+    # two workers, each sent (d + 1) x 6 models x (C - 1) outputs (the reference-class form)
+    assert moved["predict_weights"] == 2 * (X.shape[1] + 1) * 6 * (2 - 1) * 4
     # the preconditioner's sample (X is small: every row of X, active or not, 750 on each
     # worker; preconditioning.whole_x_preconditioner) is sent to the worker holding most of it
     # (the first of a tie), and the (D x D) preconditioner comes back
@@ -180,7 +181,7 @@ def test_round_bytes_do_not_grow_with_rows(client, seed):
         train_pos = partitions.partition_train_positions(3, 0, n, n // 10, 8)
         res = score_phase_dask(Xd, encode_labels(y).codes, active, center, train_pos, n_classes=3)
         moved = res.bytes_moved
-        width = 3 * 17  # the class rows' padding is not sent
+        width = (3 - 1) * 17  # C - 1 outputs (the reference-class form); the class rows' padding is not sent
         evaluated = int(res.n_eval.sum())
         assert moved["weights_out"] == 2 * evaluated * (8 + 8 + width * 4)  # indices, scales, weights
         assert moved["sums_back"] == 2 * res.rounds * 16 + 2 * evaluated * (width + 1) * 8

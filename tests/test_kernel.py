@@ -20,6 +20,7 @@ from sklearn.linear_model import LogisticRegression
 from threadpoolctl import threadpool_limits
 
 from aflite_fast.core import layout, preconditioning, prediction, solver
+from aflite_fast.core.reference_class import centered
 from aflite_fast.phase.plan import kernel_C
 
 TIGHT = solver.SolverOptions(tol=1e-6, max_iter=2000)
@@ -94,8 +95,11 @@ def test_two_class_model_matches_sklearn_coefficients(seed, make_problem):
     # error.  A wrong C mapping (C instead of C / 2) moves them by percents.
     assert np.abs(w - ref.coef_[0]).max() <= 1e-3 * np.abs(ref.coef_[0]).max()
     assert abs((W[-1, 1] - W[-1, 0]) - (ref.intercept_[0] - ref.coef_[0] @ mu)) <= 1e-3 * np.abs(ref.coef_[0]).max()
-    # the softmax optimum is symmetric: the two columns are opposite
-    np.testing.assert_allclose(W[:-1, 0], -W[:-1, 1], atol=1e-3 * np.abs(ref.coef_[0]).max())
+    # the binomial model in the reference-class form: the second class's weights stay zero,
+    # and the zero-mean weights are the symmetric softmax's optimum (opposite columns)
+    assert not coef[0][:, 1].any()
+    Wc = centered(W)
+    np.testing.assert_allclose(Wc[:-1, 0], -Wc[:-1, 1], atol=1e-3 * np.abs(ref.coef_[0]).max())
     # and the mapping matters: the two-class softmax with C itself is a different model
     coef_c, _, _ = _fit_kernel_raw_C(X, y, 2, 1.0)
     w_c = layout.uncenter_coef(coef_c[0], center)
@@ -209,13 +213,14 @@ def test_predict_accumulate_matches_numpy(seed, make_problem):
     for a, b in zip(*results):
         assert np.array_equal(a, b)
     seen, correct, prob, proba = results[0]
-    Wd = W.astype(np.float64)
+    # the models' own probabilities (W holds them in the reference-class form: C - 1 outputs)
+    assert W.shape == (Xa.shape[1], (C - 1) * B)
     ref_correct = np.zeros(n)
     ref_prob = np.zeros(n)
     ref_proba = np.zeros((n, C))
     margin = np.full(n, np.inf)
     for j in range(B):
-        P = _softmax(Xa.astype(np.float64) @ Wd[:, j::B])  # class-major: column c * B + j
+        P = _softmax(Xa.astype(np.float64) @ coef[j])
         h = heldout[:, j].astype(bool)
         ref_correct += h * (P.argmax(axis=1) == y)
         ref_prob += h * P[np.arange(n), y]

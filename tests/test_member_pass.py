@@ -163,7 +163,8 @@ def test_preconditioner_chunks_threads_and_shape(seed, make_problem):
     assert whole.shape == (41, 41) and whole.dtype == np.float32 and np.array_equal(whole, whole.T)
     assert np.linalg.eigvalsh(whole.astype(np.float64)).min() > 0
     # it is the inverse it claims to be
-    M = (2 / 9) * (Xa.T.astype(np.float64) @ Xa) / 3000 + 1e-4 * np.eye(41)
+    # the matrix of H0 = (I + 1 1') x M^-1 of the reference-class form (C = 3): s = 1 / C
+    M = (1 / 3) * (Xa.T.astype(np.float64) @ Xa) / 3000 + 1e-4 * np.eye(41)
     np.testing.assert_allclose(whole.astype(np.float64) @ M, np.eye(41), atol=2e-3)
     with pytest.raises(ValueError, match="multiple of"):
         preconditioning.preconditioner([Xa[:100], Xa[100:300]], 3, 1e-4)

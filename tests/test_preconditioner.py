@@ -40,7 +40,8 @@ def test_forms_are_the_matrix_they_claim(seed, make_problem):
     Xa, _ = _rows(make_problem, seed, 300, 40)
     n, D = Xa.shape
     l2 = 1e-3
-    M = (2 / 9) * (Xa.T.astype(np.float64) @ Xa) / n + l2 * np.eye(D)
+    # the matrix of H0 = (I + 1 1') x M^-1 of the reference-class form (C = 3): s = 1 / C
+    M = (1 / 3) * (Xa.T.astype(np.float64) @ Xa) / n + l2 * np.eye(D)
     dense = preconditioning.preconditioner(Xa, 3, l2, form="dense")
     low = preconditioning.preconditioner(Xa, 3, l2, form="lowrank")
     diag = preconditioning.preconditioner(Xa, 3, l2, form="diagonal")

@@ -34,9 +34,10 @@ def _problem(seed, n=5000, d=20, n_classes=3, n_models=5):
     return layout.augment_rows(X), y, member
 
 
-def _split_evaluate(Xa, y, member, positions, leaves, cuts, group=1):
+def _split_evaluate(Xa, y, member, positions, leaves, cuts, group=1, reference=False):
     """An evaluate of train_models_with from holders of rows [cuts[i], cuts[i+1]) (whole groups;
-    items of ``group`` rows of Xa); the last holder's leaves run to the end of the tree."""
+    items of ``group`` rows of Xa); the last holder's leaves run to the end of the tree.
+    ``reference``: the solver trains classifiers in the reference-class form."""
     holders = []
     n = y.shape[0]
     for i, (a, b) in enumerate(zip(cuts[:-1], cuts[1:])):
@@ -48,7 +49,7 @@ def _split_evaluate(Xa, y, member, positions, leaves, cuts, group=1):
     def evaluate(models, W, scale, loss):
         nodes = []
         for rows, leaf_range in reversed(holders):  # any order: the tree fixes the additions
-            nodes.extend(rows.sums(models, W, scale, loss, leaf_range))
+            nodes.extend(rows.sums(models, W, scale, loss, leaf_range, reference=reference))
         return layout.combine_nodes(nodes)
 
     return evaluate
@@ -64,7 +65,7 @@ def test_split_sums_give_the_same_models(seed, loss, cuts):
     assert leaves[-1] + 1 == 8  # groups of 625 rows
     pre = preconditioning.preconditioner(Xa[::2], 3, 1e-3)
     whole, info = solver.train_models(Xa, y, member, 3, loss=loss, positions=positions, precond=pre, leaves=leaves)
-    evaluate = _split_evaluate(Xa, y, member, positions, leaves, cuts)
+    evaluate = _split_evaluate(Xa, y, member, positions, leaves, cuts, reference=True)
     split, info_split = solver.train_models_with(evaluate, member.sum(axis=0), D, 3, loss=loss, precond=pre)
     assert info["n_iter"].min() >= 2
     np.testing.assert_array_equal(split, whole)

@@ -196,6 +196,7 @@ def test_noise_robust_losses_reach_the_dense_optimum(loss):
     X, y = counts_problem(n=500, d=30, density=0.25, signal=1.5, seed=2)
     dense = RobustLogisticRegression(loss=loss, tol=1e-7, max_iter=5000).fit(X.toarray(), y)
     start = dense._coef_full[None].copy()
+    assert np.abs(start.sum(axis=-1)).max() < 1e-9  # the estimator's zero-mean (symmetric) weights
     coef, info = sparse_solver.train_sparse_models(
         sparse_solver.CSRRows(X), y.astype(np.int32), [np.arange(500)], 3, C=1.0, loss=dense._loss_spec(3),
         coef=start.copy(), options=SolverOptions(tol=1e-7, max_iter=5000))

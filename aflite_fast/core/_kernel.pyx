@@ -64,6 +64,7 @@ cdef extern from "afl_member.h" nogil:
     ctypedef struct afl_member_set:
         int64_t n, D, ldx, Dp
         int C
+        int ref
         int G
         const float *X
         const int32_t *y
@@ -94,7 +95,7 @@ cdef extern from "afl_member.h" nogil:
     int afl_predict(int64_t n, int64_t D, const float *X, int64_t ldx, int64_t B, int C,
                     const float *W, const int64_t *col_blocks, int64_t ncb, const int32_t *y,
                     const uint8_t *heldout, int32_t *seen, int32_t *correct, double *prob_label,
-                    double *proba_sum, int64_t tile, int n_threads, int G)
+                    double *proba_sum, int64_t tile, int n_threads, int G, int ref)
 
 cdef enum:
     ST_INIT = 0      # needs its first evaluation at the starting point
@@ -627,6 +628,7 @@ cdef void _member_set_init(afl_member_set *ms, int64_t n, int64_t D, int64_t ldx
     ms.ldx = ldx
     ms.Dp = afl_member_width(D)
     ms.C = C
+    ms.ref = 0
     ms.G = G
     ms.X = X
     ms.y = y
@@ -668,8 +670,10 @@ def member_eval(const float[:, :] X,             # IN  (n, D) rows with a traili
                 const double[::1] loss_params,   # IN  parameters of the loss
                 double[::1] loss,                # OUT (B,) summed row losses
                 double[:, :, ::1] grad,          # OUT (B, C, member_width(D)) summed scale * dloss/dz x
-                int repeat, int n_threads, int group=1):
-    """One member-row pass of every model (``repeat`` times; exposed for tests and benchmarks)."""
+                int repeat, int n_threads, int group=1, int reference=0):
+    """One member-row pass of every model (``repeat`` times; exposed for tests and benchmarks).
+    ``reference`` = 1: the C outputs are C of C + 1 classes, the last one's logit fixed at 0
+    (the reference-class form; ``y`` codes up to C)."""
     cdef afl_member_set ms
     cdef int64_t B = mptr.shape[0], nrb = row_blocks.shape[0] - 1, a
     cdef int rc = 0, rep
@@ -681,8 +685,11 @@ def member_eval(const float[:, :] X,             # IN  (n, D) rows with a traili
         raise ValueError("member_eval: inconsistent shapes")
     if B == 0 or X.shape[0] == 0:
         return
+    if reference not in (0, 1) or (reference and group != 1):
+        raise ValueError("member_eval: reference must be 0, or 1 with group 1")
     _member_set_fill(&ms, X, y, mptr, mrows, row_blocks, super_blocks, W.shape[1], group, loss_code,
                      loss_params)
+    ms.ref = reference
     cdef int64_t *active = <int64_t *> malloc(B * sizeof(int64_t))
     if active == NULL:
         raise MemoryError("member_eval: could not allocate scratch memory")
@@ -731,7 +738,8 @@ def train_block(const float[:, :] X,            # IN  (n, D): rows with a traili
                 int group=1, int n_free=1,
                 const int64_t[::1] group_blocks=None,    # IN  (ng + 1,) reduction groups (super-blocks)
                 const int64_t[::1] group_leaves=None,    # IN  (ng,) leaf of each group
-                int64_t n_leaves=0):                     # IN  leaves of the reduction tree
+                int64_t n_leaves=0,                      # IN  leaves of the reduction tree
+                int reference=0):
     """Train B multinomial logistic regressions on subsets of the same rows (see module doc).
     H0 is ``precond`` when it is not empty, else diag(pre_diag) + F' G F (F, G optional),
     else the identity.  With ``group`` > 1 (and n_classes == 1) the models are multiple-choice
@@ -739,7 +747,9 @@ def train_block(const float[:, :] X,            # IN  (n, D): rows with a traili
     (afl_member.h, E).  The last ``n_free`` rows of each model are not penalised (the
     intercept; 0 or the position biases for multiple choice).  With ``group_blocks`` the sums
     of each evaluation go through the reduction tree of ``member_eval_tree`` (leaves
-    [0, n_leaves)), else they are added in super-block order."""
+    [0, n_leaves)), else they are added in super-block order.  ``reference`` = 1: the
+    reference-class form of n_classes + 1 classes (see ``_lbfgs_advance``); ``y`` codes up to
+    n_classes."""
     cdef int64_t n = X.shape[0], D = X.shape[1], B = member.shape[1]
     cdef int C = n_classes
     cdef int64_t P = D * C
@@ -754,6 +764,8 @@ def train_block(const float[:, :] X,            # IN  (n, D): rows with a traili
     _precond_fill(&pc, D, precond, pre_diag, pre_factor, pre_core, pre_blocks)
     if group < 1 or (group > 1 and C != 1) or n_free < 0 or n_free > D or n % group != 0:
         raise ValueError("train_block: bad group or n_free")
+    if reference not in (0, 1) or (reference and group != 1):
+        raise ValueError("train_block: reference must be 0, or 1 with group 1")
     if (y.shape[0] * group != n or member.shape[0] * group != n or coef.shape[0] != B or coef.shape[1] != P
             or n_rows.shape[0] != B or l2.shape[0] != B or inv_n.shape[0] != B
             or n_iter.shape[0] != B or status.shape[0] != B or fval.shape[0] != B
@@ -780,7 +792,7 @@ def train_block(const float[:, :] X,            # IN  (n, D): rows with a traili
                     &coef[0, 0], &l2[0], &inv_n[0], n, D, B, C, loss_code, params,
                     <afl_user_weight_fn> user_fn, gtol, ftol, max_iter, hist, max_ls,
                     &n_iter[0], &status[0], &fval[0], &n_eval[0], n_threads, group, n_free,
-                    ng, gsb, gleaf, n_leaves)
+                    ng, gsb, gleaf, n_leaves, reference)
     if rc != 0:
         raise MemoryError("train_block: could not allocate scratch memory")
 
@@ -792,7 +804,7 @@ def train_block(const float[:, :] X,            # IN  (n, D): rows with a traili
 # LBFGSBlock drives it from Python.
 ctypedef struct _lbfgs_t:
     int64_t D, B, P, Dp, Pp, C2
-    int C, hist, max_iter, max_ls, n_threads, n_free
+    int C, ref, hist, max_iter, max_ls, n_threads, n_free
     double gtol, ftol
     const _precond_t *pc
     const int64_t *col_blocks
@@ -833,15 +845,17 @@ ctypedef struct _lbfgs_t:
 cdef int _lbfgs_init(_lbfgs_t *st, int64_t D, int64_t B, int C, const _precond_t *pc,
                      const int64_t *col_blocks, int64_t ncb, double *coef, const double *l2,
                      const double *inv_n, double gtol, double ftol, int max_iter, int hist, int max_ls,
-                     int32_t *n_eval_out, int n_threads, int n_free) noexcept nogil:
+                     int32_t *n_eval_out, int n_threads, int n_free, int ref) noexcept nogil:
     """Allocate the state of B models starting at coef (B x D * C), whose last n_free rows are
-    not penalised; -1 when memory is short (free it with _lbfgs_free either way)."""
+    not penalised (ref: the penalty of the reference-class form, see _lbfgs_advance); -1 when
+    memory is short (free it with _lbfgs_free either way)."""
     cdef int64_t j, k
     cdef int64_t P = D * C
     memset(st, 0, sizeof(_lbfgs_t))
     st.D = D
     st.B = B
     st.C = C
+    st.ref = ref
     st.P = P
     st.Dp = afl_member_width(D)
     st.Pp = st.Dp * C
@@ -962,18 +976,34 @@ cdef int _lbfgs_advance(_lbfgs_t *st, const double *grad, int64_t gstride, const
     cdef int64_t j, a, b, k, r, c, nN, ncols
     cdef int64_t nA = st.nA
     cdef int newest
-    cdef double reg, yhy
+    cdef double reg, yhy, sr, tq, ty
+    # The reference-class form (st.ref): the C outputs v_c are w_c - w_C of the softmax over
+    # C + 1 classes, whose L2 term on zero-mean class weights (where its optimum lies) is, per
+    # penalised row, sum_c v_c^2 - (sum_c v_c)^2 / (C + 1); so the optimum is the symmetric
+    # softmax's, with one class's arithmetic less in every pass.
+    cdef double inv_cf = 1.0 / (C + st.ref)
     for a in prange(nA, num_threads=st.n_threads, schedule='static'):
         j = st.active[a]
         reg = 0.0
         for k in range((D - st.n_free) * C):
             reg = reg + st.xt[j * P + k] * st.xt[j * P + k]
+        if st.ref:
+            for r in range(D - st.n_free):
+                sr = 0.0
+                for c in range(C):
+                    sr = sr + st.xt[j * P + r * C + c]
+                reg = reg - sr * sr * inv_cf
         st.ft[j] = lossv[a * lstride] * st.inv_n[j] + 0.5 * st.l2[j] * reg
         for r in range(D):
+            sr = 0.0
+            if st.ref and r < D - st.n_free:
+                for c in range(C):
+                    sr = sr + st.xt[j * P + r * C + c]
+                sr = sr * inv_cf
             for c in range(C):
                 st.gt[j * P + r * C + c] = grad[a * gstride + c * Dp + r]
                 if r < D - st.n_free:
-                    st.gt[j * P + r * C + c] = st.gt[j * P + r * C + c] + st.l2[j] * st.xt[j * P + r * C + c]
+                    st.gt[j * P + r * C + c] = st.gt[j * P + r * C + c] + st.l2[j] * (st.xt[j * P + r * C + c] - sr)
         _solver_update(P, hist, &st.state[j], &st.status[j], &st.iters[j],
                        st.coef + j * P, st.g + j * P, &st.f[j], st.xt + j * P, st.gt + j * P, st.ft[j],
                        st.p + j * P, st.S + j * hist * P, st.Y + j * hist * P, st.rho + j * hist,
@@ -1000,15 +1030,25 @@ cdef int _lbfgs_advance(_lbfgs_t *st, const double *grad, int64_t gstride, const
                         <float> st.Y[(j * hist + newest) * P + r * C + c] if st.mem_len[j] > 0 else 0.0)
         if _precond_apply(st.pc, D, ncols, st.V, st.O, st.col_blocks, st.ncb, st.n_threads) != 0:
             return -1
+        # the reference-class form: H0 = (I + 1 1') x M^-1 over (outputs x columns), the exact
+        # inverse of the objective's Hessian at uniform probabilities (1/(C+1) (I - 1 1'/(C+1))
+        # x X'X/n plus l2 (I - 1 1'/(C+1)) x I, whose class factor's inverse is C+1 times
+        # I + 1 1'): the product gave M^-1 [q, y], the outputs are mixed here
         for b in prange(nN, num_threads=st.n_threads, schedule='static'):
             j = st.dirs[b]
             newest = (st.mem_head[j] - 1 + hist) % hist
             yhy = 0.0
             for r in range(D):
+                tq = 0.0
+                ty = 0.0
+                if st.ref:
+                    for c in range(C):
+                        tq = tq + st.O[r * ncols + b * C2 + c]
+                        ty = ty + st.O[r * ncols + b * C2 + C + c]
                 for c in range(C):
-                    st.gt[j * P + r * C + c] = st.O[r * ncols + b * C2 + c]
+                    st.gt[j * P + r * C + c] = st.O[r * ncols + b * C2 + c] + tq
                     if st.mem_len[j] > 0:
-                        yhy = yhy + st.Y[(j * hist + newest) * P + r * C + c] * st.O[r * ncols + b * C2 + C + c]
+                        yhy = yhy + st.Y[(j * hist + newest) * P + r * C + c] * (st.O[r * ncols + b * C2 + C + c] + ty)
             _solver_direction(P, hist, &st.state[j], st.iters[j], st.g + j * P, st.p + j * P,
                               st.S + j * hist * P, st.Y + j * hist * P, st.rho + j * hist,
                               &st.mem_len[j], st.mem_head[j], st.alph + j * hist,
@@ -1044,7 +1084,7 @@ cdef int _train(const float *X, int64_t ldx, const int32_t *y, const uint8_t *me
                 afl_user_weight_fn user, double gtol, double ftol, int max_iter, int hist,
                 int max_ls, int32_t *n_iter_out, int32_t *status_out, double *fval_out,
                 int32_t *n_eval_out, int n_threads, int group, int n_free, int64_t ng, const int64_t *gsb,
-                const int64_t *gleaf, int64_t n_leaves) noexcept nogil:
+                const int64_t *gleaf, int64_t n_leaves, int ref) noexcept nogil:
     cdef int64_t Dp = afl_member_width(D), Pp = Dp * C
     cdef int64_t nA, n_nodes = 0
     cdef int64_t lvl = 0, idx = 0
@@ -1061,13 +1101,14 @@ cdef int _train(const float *X, int64_t ldx, const int32_t *y, const uint8_t *me
     cdef double *lossv = <double *> malloc(B * sizeof(double))
 
     if (_lbfgs_init(&st, D, B, C, pc, col_blocks, ncb, coef, l2, inv_n, gtol, ftol, max_iter, hist,
-                    max_ls, n_eval_out, n_threads, n_free) != 0
+                    max_ls, n_eval_out, n_threads, n_free, ref) != 0
             or mptr == NULL or mrows == NULL or gradc == NULL or lossv == NULL):
         rc = -1
     else:
         afl_member_index(n, B, member, nrb, row_blocks, mptr, mrows, group)
         _member_set_init(&ms, n, D, ldx, C, group, X, y, B, nrb, row_blocks, mptr, mrows, nsb,
                          super_blocks, loss_code, params, user)
+        ms.ref = ref
         while True:
             nA = _lbfgs_trial(&st)
             if nA == 0:
@@ -1123,20 +1164,23 @@ cdef class LBFGSBlock:
                  double gtol, double ftol, int max_iter, int history, int max_ls, int n_threads,
                  const float[::1] pre_diag=None, const float[:, ::1] pre_factor=None,
                  const float[:, ::1] pre_core=None, const int64_t[::1] pre_blocks=None,
-                 int n_free=1):
+                 int n_free=1, int reference=0):
         cdef int64_t B = coef.shape[0]
         cdef int64_t D = col_blocks[col_blocks.shape[0] - 1]
         if coef.shape[1] != D * n_classes or l2.shape[0] != B or inv_n.shape[0] != B or B == 0:
             raise ValueError("LBFGSBlock: inconsistent shapes")
         if n_free < 0 or n_free > D:
             raise ValueError("LBFGSBlock: bad n_free")
+        if reference not in (0, 1):
+            raise ValueError("LBFGSBlock: reference must be 0 or 1")
         _precond_fill(&self.pc, D, precond, pre_diag, pre_factor, pre_core, pre_blocks)
         self.keep = (coef, l2, inv_n, col_blocks, precond, pre_diag, pre_factor, pre_core, pre_blocks)
         self.coef = coef
         self.n_eval = np.zeros(B, dtype=np.int32)
         rc = _lbfgs_init(&self.st, D, B, n_classes, &self.pc, &col_blocks[0], col_blocks.shape[0] - 1,
                          &coef[0, 0], &l2[0], &inv_n[0], gtol, ftol, max_iter,
-                         history if history > 0 else 1, max_ls, &self.n_eval[0], n_threads, n_free)
+                         history if history > 0 else 1, max_ls, &self.n_eval[0], n_threads, n_free,
+                         reference)
         if rc != 0:
             _lbfgs_free(&self.st)
             raise MemoryError("LBFGSBlock: could not allocate the solver's state")
@@ -1212,12 +1256,12 @@ def member_eval_tree(const float[:, :] X,             # IN  (n, D) rows with a t
                      const double[::1] scale,         # IN  (nA,) gradient scale of each
                      int loss_code,
                      const double[::1] loss_params,   # IN  parameters of the loss
-                     int n_threads, int group=1):
+                     int n_threads, int group=1, int reference=0):
     """Partial sums of the member pass over the rows given, through the reduction tree
     (``afl_member_eval_tree``): (level, index, sums) of the maximal subtrees of leaves
     [leaf_lo, leaf_hi) that hold rows, left to right; sums (nA, C * member_width(D) + 1).
     With ``group`` = K > 1 (C = 1) the rows are items of K candidate rows and ``y`` has one
-    entry per item (afl_member.h, E)."""
+    entry per item (afl_member.h, E).  ``reference`` as in ``member_eval``."""
     cdef afl_member_set ms
     cdef int64_t nA = active.shape[0], nrb = row_blocks.shape[0] - 1, B = mptr.shape[0]
     cdef int64_t ng = group_blocks.shape[0] - 1
@@ -1227,6 +1271,8 @@ def member_eval_tree(const float[:, :] X,             # IN  (n, D) rows with a t
     cdef int rc
     if group < 1 or (group > 1 and W.shape[1] != 1) or X.shape[0] % group != 0:
         raise ValueError("member_eval_tree: bad group")
+    if reference not in (0, 1) or (reference and group != 1):
+        raise ValueError("member_eval_tree: reference must be 0, or 1 with group 1")
     if (W.shape[0] != nA or W.shape[2] != Dp or scale.shape[0] != nA or y.shape[0] * group != X.shape[0]
             or mptr.shape[1] != nrb + 1 or row_blocks[nrb] != X.shape[0]
             or super_blocks[super_blocks.shape[0] - 1] != nrb or group_blocks[ng] != super_blocks.shape[0] - 1
@@ -1248,6 +1294,7 @@ def member_eval_tree(const float[:, :] X,             # IN  (n, D) rows with a t
         return []
     _member_set_fill(&ms, X, y, mptr, mrows, row_blocks, super_blocks, W.shape[1], group, loss_code,
                      loss_params)
+    ms.ref = reference
     with nogil:
         rc = afl_member_eval_tree(&ms, nA, &active[0], &W[0, 0, 0], &scale[0], ng, &group_blocks[0],
                                   &group_leaves[0], leaf_lo, leaf_hi, max_nodes, &nv[0, 0, 0], &lv[0],
@@ -1269,20 +1316,25 @@ def predict_accumulate(const float[:, :] X,          # IN  (n, D) rows with a tr
                        int32_t[::1] correct,          # IN/OUT (n,) correct held-out predictions
                        double[::1] prob_label,        # IN/OUT (n,) summed probability of the label
                        double[:, ::1] proba_sum,      # IN/OUT (n, C) summed probabilities, or (0, C)
-                       int n_threads, int64_t tile_rows=0, int group=1):
+                       int n_threads, int64_t tile_rows=0, int group=1, int reference=0):
     """Predict rows with every model that holds them out and accumulate the counts; the logits
     of ``tile_rows`` rows at a time (0: predict_tile_bytes() of them, at least
     predict_min_tile_rows()).  With ``group`` > 1 (and
     n_classes == 1) X holds ``group`` candidate rows per item, and y, heldout, seen, correct,
-    prob_label and proba_sum (n / group, group) are per item."""
+    prob_label and proba_sum (n / group, group) are per item.  ``reference`` = 1 (group 1): W
+    has the weights of n_classes - 1 classes, the last class's logit is 0 (the reference-class
+    form), so W is (D, (n_classes - 1) * B)."""
     if group < 1 or (group > 1 and n_classes != 1) or X.shape[0] % group != 0:
         raise ValueError("predict_accumulate: bad group")
+    if reference not in (0, 1) or (reference and (group != 1 or n_classes < 2)):
+        raise ValueError("predict_accumulate: reference must be 0, or 1 with group 1 and 2+ classes")
+    cdef int n_out = n_classes - reference
     cdef int64_t n = X.shape[0] // group, D = X.shape[1], B = heldout.shape[1]
     cdef int C = n_classes * group
     cdef int rc = 0
     cdef bint want_proba = proba_sum.shape[0] > 0
     cdef int64_t ldx = _row_stride(X)
-    if (y.shape[0] != n or heldout.shape[0] != n or W.shape[0] != D or W.shape[1] != B * n_classes
+    if (y.shape[0] != n or heldout.shape[0] != n or W.shape[0] != D or W.shape[1] != B * n_out
             or seen.shape[0] != n or correct.shape[0] != n or prob_label.shape[0] != n
             or (want_proba and (proba_sum.shape[0] != n or proba_sum.shape[1] != C))
             or col_blocks[col_blocks.shape[0] - 1] != D):
@@ -1290,9 +1342,9 @@ def predict_accumulate(const float[:, :] X,          # IN  (n, D) rows with a tr
     if n == 0 or B == 0:
         return
     with nogil:
-        rc = afl_predict(n, D, &X[0, 0], ldx, B, n_classes, &W[0, 0], &col_blocks[0],
+        rc = afl_predict(n, D, &X[0, 0], ldx, B, n_out, &W[0, 0], &col_blocks[0],
                          col_blocks.shape[0] - 1, &y[0], &heldout[0, 0], &seen[0], &correct[0],
                          &prob_label[0], &proba_sum[0, 0] if want_proba else NULL, tile_rows,
-                         n_threads, group)
+                         n_threads, group, reference)
     if rc != 0:
         raise MemoryError("predict_accumulate: could not allocate scratch memory")

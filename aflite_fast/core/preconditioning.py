@@ -207,9 +207,11 @@ def _regularizer(mean_square_trace, D, l2):
 def preconditioner(rows, n_classes, l2, n_threads=1, form="dense", curvature=None):
     """Initial inverse Hessian H0 of the L-BFGS solver from augmented rows.
 
-    ``H0 = (s * X'X / n + l2 * I)^-1`` over the n rows given, with ``s = (C - 1) / C^2`` the
-    curvature of the softmax at uniform probabilities: the Hessian of the objective at the
-    start, per class, without its coupling across classes.  Embedding features are
+    ``M^-1 = (s * X'X / n + l2 * I)^-1`` over the n rows given, with ``s = 1 / C``: the
+    classifiers' solver trains the C - 1 outputs of the reference-class form
+    (:mod:`aflite_fast.core.reference_class`) and starts from ``H0 = (I + 1 1') x M^-1`` over
+    (outputs x columns), the exact inverse of the objective's Hessian at uniform
+    probabilities (the start).  Embedding features are
     correlated and their variances span orders of magnitude, so plain L-BFGS (H0 = identity)
     takes tens to hundreds of steps; with H0 the solver sees roughly whitened features.  It
     changes the path of the solver, never its optimum (the stopping rule is on the gradient
@@ -241,7 +243,7 @@ def preconditioner(rows, n_classes, l2, n_threads=1, form="dense", curvature=Non
     form : str
         One of :data:`PRECOND_FORMS`.
     curvature : float, optional
-        s in place of ``(C - 1) / C^2``: a multiple-choice scorer gives rows centred within
+        s in place of ``1 / C``: a multiple-choice scorer gives rows centred within
         their item and s = 1 (the Hessian at equal scores is the within-item covariance).
 
     Returns
@@ -253,11 +255,24 @@ def preconditioner(rows, n_classes, l2, n_threads=1, form="dense", curvature=Non
     chunks = [rows] if isinstance(rows, np.ndarray) else rows
     if form == "none":
         return Preconditioner("none")
-    s = (n_classes - 1) / float(n_classes) ** 2 if curvature is None else float(curvature)
+    s, l2 = _curvature_and_l2(n_classes, l2, curvature)
     if form == "lowrank":
         return _lowrank_preconditioner(chunks, s, l2, n_threads)
     acc, n, D = _second_moments(chunks, form, n_threads)
     return _from_second_moments(acc, n, D, s, l2, form)
+
+
+def _curvature_and_l2(n_classes, l2, curvature):
+    """(s, L2 weight) of the matrix ``(s X'X / n + l2 I)^-1`` the preconditioner holds.
+
+    Classifiers (``curvature`` None) train in the reference-class form
+    (:mod:`aflite_fast.core.reference_class`), whose Hessian at uniform probabilities is
+    ``(I - 1 1' / C) x (X'X / (C n) + l2 I)`` over (outputs x columns): the matrix with
+    ``s = 1 / C`` and the solver's mixing of the outputs by ``I + 1 1'`` are its exact inverse.
+    Multiple choice: ``curvature`` and ``l2`` as given."""
+    if curvature is not None:
+        return float(curvature), l2
+    return 1.0 / n_classes, l2
 
 
 def _second_moments(chunks, form, n_threads):
@@ -481,7 +496,7 @@ def phase_preconditioner(read_rows, active, n_features, n_classes, kernel_C, tra
     curvature = None if group == 1 else 1.0
     if kept is None or form not in ("dense", "diagonal"):
         return preconditioner(chunks(), n_classes, l2, n_threads, form=form, curvature=curvature)
-    s = (n_classes - 1) / float(n_classes) ** 2 if curvature is None else float(curvature)
+    s, l2 = _curvature_and_l2(n_classes, l2, curvature)
     X, center, key, keep_sums = kept_source
     return kept.get(X, center, (key, group), form, s, l2, lambda: _second_moments(chunks(), form, n_threads),
                     keep_sums)

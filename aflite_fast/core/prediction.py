@@ -8,13 +8,18 @@ import numpy as np
 
 from aflite_fast.core.compiled import _kernel
 from aflite_fast.core.layout import COL_BLOCK, block_bounds
+from aflite_fast.core.reference_class import to_reference, uses_reference
 from aflite_fast.runtime.threads import limit_blas_threads
 
 
 def stack_weights(coef):
-    """(B, D, C) float64 coefficients -> (D, C * B) float32 operand of the prediction GEMM,
-    class-major (column ``c * B + j`` is class c of model j) so that the row pass after it
-    runs over the models."""
+    """(B, D, C) float64 coefficients -> the float32 operand of the prediction GEMM,
+    class-major (column ``c * B + j`` is output c of model j) so that the row pass after it
+    runs over the models: (D, (C - 1) * B) in the reference-class form for C >= 2 classes
+    (:mod:`aflite_fast.core.reference_class`; one output less to compute), (D, B) for one
+    output (multiple-choice scorers)."""
+    if coef.shape[2] >= 2:
+        coef = to_reference(coef)
     B, D, C = coef.shape
     return np.ascontiguousarray(coef.transpose(1, 2, 0).reshape(D, C * B), dtype=np.float32)
 
@@ -27,12 +32,15 @@ def predict_accumulate(Xa, y, heldout, W, n_classes, seen, correct, prob_label,
     ``_kernel.predict_min_tile_rows()`` rows, at most the rows given), so a call's scratch grows
     with its rows up to a fixed cap.  With ``group`` = K > 1
     (``n_classes`` 1) ``Xa`` holds K candidate rows per item and the other arrays are per item
-    (``proba_sum`` (items, K)): an item's prediction is its highest-scoring candidate."""
+    (``proba_sum`` (items, K)): an item's prediction is its highest-scoring candidate.  With
+    ``n_classes`` >= 2, ``W`` holds n_classes - 1 outputs a model (the reference-class form
+    :func:`stack_weights` gives)."""
     if proba_sum is None:
         proba_sum = np.empty((0, n_classes * group), dtype=np.float64)
     with limit_blas_threads():
         _kernel.predict_accumulate(Xa, y, heldout, W, block_bounds(Xa.shape[1], COL_BLOCK),
-                                   n_classes, seen, correct, prob_label, proba_sum, n_threads, 0, group)
+                                   n_classes, seen, correct, prob_label, proba_sum, n_threads, 0, group,
+                                   int(uses_reference(n_classes, group)))
 
 
 def predict_proba(Xa, coef, n_threads=1, group=1):

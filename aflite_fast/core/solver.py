@@ -32,6 +32,7 @@ from aflite_fast.core.layout import (
 )
 from aflite_fast.core.losses import _LOSS_FORWARD, MC_FORWARD_MESSAGE, resolve_loss
 from aflite_fast.core.preconditioning import _NO_MATRIX, Preconditioner, preconditioner_forms, preconditioner_sample
+from aflite_fast.core.reference_class import from_reference, to_reference, uses_reference
 from aflite_fast.runtime.threads import limit_blas_threads
 
 #: Share of a cold-started model's largest gradient entry at zero that its gradient must reach
@@ -222,27 +223,34 @@ def train_models(Xa, y, member, n_classes, *, C=1.0, loss="ce", loss_params=None
     fval = np.zeros(B, dtype=np.float64)
     n_eval = np.zeros(B, dtype=np.int32)
     pre = precond.kernel_arguments(D)
+    # classifiers train in the reference-class form (C - 1 outputs, the same optimum)
+    reference = uses_reference(n_classes, group)
+    n_out = n_classes - reference
+    work = to_reference(coef) if reference else coef
     with limit_blas_threads():
         _kernel.train_block(
             Xa, y, member, n_rows, row_blocks, sblocks,
-            block_bounds(D, COL_BLOCK), pre.get("dense", _NO_MATRIX), coef.reshape(B, D * n_classes),
-            l2, inv_n, n_classes, spec.code, spec.params, spec.address,
+            block_bounds(D, COL_BLOCK), pre.get("dense", _NO_MATRIX), work.reshape(B, D * n_out),
+            l2, inv_n, n_out, spec.code, spec.params, spec.address,
             options.tol, options.ftol, options.max_iter, options.history,
             options.max_line_search, n_iter, status, fval, n_eval, n_threads,
             pre_diag=pre.get("diag"), pre_factor=pre.get("factor"), pre_core=pre.get("core"),
-            pre_blocks=pre.get("factor_blocks"), group=group, n_free=n_free, **groups,
+            pre_blocks=pre.get("factor_blocks"), group=group, n_free=n_free, reference=int(reference), **groups,
         )
+    if reference:
+        from_reference(work, out=coef)
     return coef, {"n_iter": n_iter, "status": status, "objective": fval, "n_eval": n_eval}
 
 
 def train_models_with(evaluate, n_rows, n_columns, n_classes, *, C=1.0, loss="ce", loss_params=None,
-                      coef=None, precond=None, options=None, n_threads=1, n_free=1):
+                      coef=None, precond=None, options=None, n_threads=1, n_free=1, reference=None):
     """:func:`train_models` with the evaluation of loss and gradient done by ``evaluate``.
 
     The solver (``_kernel.LBFGSBlock``, the arithmetic of ``train_block``) runs here; every
     round it calls ``evaluate(models, W, scale, loss)`` with the models still running
     (int64 indices into the block), their class-major float32 trial weights
-    (len(models), C, member_width(D)), their gradient scales and the resolved loss, and takes
+    (len(models), C, member_width(D); C - 1 outputs with ``reference``, to be evaluated in the
+    reference-class form), their gradient scales and the resolved loss, and takes
     back their sums, float64 (len(models), C * member_width(D) + 1): the scaled gradient
     sums, then the summed row loss, as ``_kernel.member_eval_tree`` returns them.  Sums that
     ``combine_nodes`` adds up from the reduction tree's partial sums of every group give
@@ -258,6 +266,10 @@ def train_models_with(evaluate, n_rows, n_columns, n_classes, *, C=1.0, loss="ce
     n_classes, C, loss, loss_params, coef, options, n_threads, n_free : as in :func:`train_models`
         (multiple choice: ``n_classes`` 1, and ``loss`` resolved for the K candidates)
     precond : None or Preconditioner
+    reference : bool, optional
+        Train in the reference-class form (:mod:`aflite_fast.core.reference_class`; ``coef``
+        keeps C columns, the last class's zero).  Default: as :func:`train_models` does, for
+        two or more classes.
 
     Returns
     -------
@@ -284,16 +296,24 @@ def train_models_with(evaluate, n_rows, n_columns, n_classes, *, C=1.0, loss="ce
 
             start, _ = train_models_with(evaluate_cold, n_rows[cold], D, n_classes, C=C, loss=spec.warmup,
                                          coef=np.ascontiguousarray(coef[cold]), precond=precond,
-                                         options=options, n_threads=n_threads, n_free=n_free)
+                                         options=options, n_threads=n_threads, n_free=n_free,
+                                         reference=reference)
             coef[cold] = start
+    if reference is None:
+        reference = uses_reference(n_classes)
+    if reference and n_classes < 2:
+        raise ValueError(f"reference=True needs two or more classes, got n_classes={n_classes}")
     l2 = 1.0 / (float(C) * n_rows)
     inv_n = 1.0 / n_rows.astype(np.float64)
     pre = precond.kernel_arguments(D)
+    n_out = n_classes - bool(reference)
+    work = to_reference(coef) if reference else coef
     solver = _kernel.LBFGSBlock(
-        coef.reshape(B, D * n_classes), l2, inv_n, n_classes, block_bounds(D, COL_BLOCK),
+        work.reshape(B, D * n_out), l2, inv_n, n_out, block_bounds(D, COL_BLOCK),
         pre.get("dense", _NO_MATRIX), options.tol, options.ftol, options.max_iter, options.history,
         options.max_line_search, n_threads, pre_diag=pre.get("diag"), pre_factor=pre.get("factor"),
-        pre_core=pre.get("core"), pre_blocks=pre.get("factor_blocks"), n_free=n_free)
+        pre_core=pre.get("core"), pre_blocks=pre.get("factor_blocks"), n_free=n_free,
+        reference=int(bool(reference)))
     with limit_blas_threads():
         while True:
             models, W = solver.trial()
@@ -302,6 +322,8 @@ def train_models_with(evaluate, n_rows, n_columns, n_classes, *, C=1.0, loss="ce
             sums = evaluate(models, W, solver.scales(), spec)
             solver.advance(np.ascontiguousarray(sums, dtype=np.float64))
     n_iter, status, fval, n_eval = solver.results()
+    if reference:
+        from_reference(work, out=coef)
     return coef, {"n_iter": n_iter, "status": status, "objective": fval, "n_eval": n_eval}
 
 
@@ -327,11 +349,11 @@ class MemberRows:
         if Xa.shape[0]:
             _kernel.member_index(member, row_blocks, self.mptr, self.mrows, self.group)
 
-    def sums(self, models, W, scale, loss, leaf_range=None, n_threads=1):
+    def sums(self, models, W, scale, loss, leaf_range=None, n_threads=1, reference=False):
         """(level, index, sums) of the reduction tree's whole subtrees of ``leaf_range``
         (default all leaves) that hold rows (``_kernel.member_eval_tree``), for ``models``,
-        ``W``, ``scale`` as :func:`train_models_with` passes them and ``loss`` resolved (a
-        built-in loss)."""
+        ``W``, ``scale`` as :func:`train_models_with` passes them, ``loss`` resolved (a
+        built-in loss) and ``reference`` as given to it."""
         if loss.address:
             raise ValueError(f"loss {loss.name!r} is a compiled user function: its address is only valid "
                              "in the process that compiled it")
@@ -342,4 +364,4 @@ class MemberRows:
                                             group_blocks, group_leaves, int(lo), int(hi),
                                             np.asarray(models, dtype=np.int64), W,
                                             np.asarray(scale, dtype=np.float64), loss.code, loss.params,
-                                            n_threads, self.group)
+                                            n_threads, self.group, int(bool(reference)))

@@ -229,8 +229,9 @@ def train_sparse_models(rows, y, train_lists, n_classes, *, C=1.0, loss="ce", lo
                            np.ascontiguousarray(models, dtype=np.int64), colmap)
         return out
 
+    # the sparse member pass evaluates the symmetric softmax (C outputs)
     local, info = train_models_with(evaluate, n_rows, D, n_classes, C=C, loss=spec, coef=local, precond=precond,
-                                    options=options, n_threads=n_threads)
+                                    options=options, n_threads=n_threads, reference=False)
     coef[:] = 0.0
     for j, cols in enumerate(columns):
         coef[j, cols] = local[j, :cols.size]

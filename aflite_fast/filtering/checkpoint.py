@@ -32,8 +32,14 @@ import numpy as np
 from aflite_fast.io.atomic import write_file_atomically
 
 FORMAT = "aflite_fast-checkpoint"
-#: 2: partitions and random ties keyed by row (version 1, by position, is refused: never mixed).
-VERSION = 2
+#: 2: partitions and random ties keyed by row; 3: classifiers trained in the reference-class form
+#: (aflite_fast.core.reference_class).  Earlier versions are refused: their phases are never
+#: continued by other arithmetic.
+VERSION = 3
+#: What changed since each earlier version, for the message that refuses its checkpoints.
+_SINCE = {1: "drew partitions and ties by position (this version keys them by row)",
+          2: "trained its models in another arithmetic (this version trains classifiers in the reference-class "
+             "form, with other bits)"}
 _ARRAYS = ("active", "removed", "removed_phase", "scores", "warm_mean")
 
 
@@ -150,9 +156,9 @@ class Checkpoint:
                              f"({exc}); remove it or give another path") from exc
         if header.get("format") == FORMAT and isinstance(header.get("version"), int) and header["version"] < VERSION:
             raise ValueError(f"checkpoint {self.path!r} is of version {header['version']}, written by an earlier "
-                             f"aflite_fast that drew partitions and ties by position; this version ({VERSION}) keys "
-                             "them by row, so its phases would not continue that run: give another checkpoint "
-                             "path (or remove it) to start the run again")
+                             f"aflite_fast that {_SINCE.get(header['version'], 'worked otherwise')}; this version's "
+                             f"({VERSION}) phases would not continue that run: give another checkpoint path (or "
+                             "remove it) to start the run again")
         if header.get("format") != FORMAT or header.get("version") != VERSION:
             raise ValueError(f"checkpoint {self.path!r} is not an aflite_fast checkpoint of version {VERSION} "
                              f"(format {header.get('format')!r}, version {header.get('version')!r})")

@@ -7,6 +7,7 @@ from sklearn.utils.validation import check_is_fitted, column_or_1d
 
 from aflite_fast.core import layout, prediction, solver
 from aflite_fast.core.losses import PARAMETER_NAMES, resolve_loss
+from aflite_fast.core.reference_class import centered
 from aflite_fast.core.solver_status import status_counts, warn_not_converged
 from aflite_fast.filtering.loop import aflite
 from aflite_fast.filtering.problem import Problem, check_C
@@ -245,8 +246,10 @@ class RobustLogisticRegression(ClassifierMixin, BaseEstimator):
         # never an untrained model (the guards of every phase), then the convergence warning
         problem.check_models(coef, info["n_iter"], info["status"], lambda j: np.arange(n_rows))
         warn_not_converged(status_counts(info["status"]), what="model")
-        self._coef_full = (coef[0].copy() if center is None
-                           else layout.uncenter_coef(coef[0], center.astype(np.float64)))
+        # the kernel's weights leave the last class at zero (the reference-class form): the
+        # estimator holds the zero-mean weights of the symmetric optimum, as scikit-learn does
+        self._coef_full = centered(coef[0] if center is None
+                                   else layout.uncenter_coef(coef[0], center.astype(np.float64)))
         self.classes_ = labels.classes
         self.n_iter_ = info["n_iter"].astype(np.int64)
         W = self._coef_full

@@ -46,6 +46,7 @@ import numpy as np
 
 from aflite_fast.core import layout, preconditioning, prediction, solver
 from aflite_fast.core.losses import resolve_loss
+from aflite_fast.core.reference_class import uses_reference
 from aflite_fast.io.arrayfile import open_array_file
 from aflite_fast.io.fingerprint import block_digests
 from aflite_fast.io.inputs import (
@@ -920,14 +921,16 @@ class _PhaseRows:
         self.sums = solver.MemberRows(held.rows, y, member, positions, leaves, held.group)
         self.n_threads = _worker_threads(n_threads)
 
-    def evaluate(self, models, W, scale, loss):
+    def evaluate(self, models, W, scale, loss, reference=False):
         """(partial sums of the worker's subtrees, seconds of the member pass); W and the sums
-        without the class rows' padding."""
+        without the class rows' padding; ``reference``: W's outputs are those of the
+        reference-class form (``solver.train_models_with``)."""
         t0 = time.perf_counter()
         nA, C, D = W.shape
         Wp = np.zeros((nA, C, solver._kernel.member_width(D)), dtype=np.float32)
         Wp[:, :, :D] = W
-        nodes = self.sums.sums(models, Wp, scale, loss, (self.held.leaf_lo, self.held.leaf_hi), self.n_threads)
+        nodes = self.sums.sums(models, Wp, scale, loss, (self.held.leaf_lo, self.held.leaf_hi), self.n_threads,
+                               reference)
         nodes = [(level, index, _unpad_sums(values, C, D)) for level, index, values in nodes]
         return nodes, time.perf_counter() - t0
 
@@ -951,7 +954,7 @@ class _PhaseRows:
             heldout = np.subtract(1, self.member[idx], dtype=np.uint8)
             prediction.predict_accumulate(Xa, self.sums.y[idx], heldout, W, n_classes, seen, correct, prob_label,
                                       proba, self.n_threads, G)
-        small = np.uint8 if W.shape[1] // n_classes < 256 else np.int32
+        small = np.uint8 if self.member.shape[1] < 256 else np.int32
         return seen.astype(small), correct.astype(small), prob_label, proba
 
 
@@ -1241,12 +1244,13 @@ def _train(phases, member, coef, precond, D, n_out, Ck, spec, options, n_threads
     reduction tree (the local pass's bits); returns (coef, info, rounds)."""
     rounds = 0
     round_seconds, compute_seconds = [], []
+    reference = uses_reference(n_out)  # classifiers: the reference-class form, as the local phase
 
     def evaluate(models, W, scale, loss_spec):
         nonlocal rounds
         r0_ = time.perf_counter()
         W = np.ascontiguousarray(W[:, :, :D])  # the class rows' padding is zero: not sent
-        parts = phases.call("evaluate", (models, W, scale, loss_spec),
+        parts = phases.call("evaluate", (models, W, scale, loss_spec, reference),
                             sent=("weights_out", models.nbytes + W.nbytes + scale.nbytes))
         nodes, slowest = [], 0.0
         for part, busy in parts:
@@ -1256,12 +1260,13 @@ def _train(phases, member, coef, precond, D, n_out, Ck, spec, options, n_threads
         compute_seconds.append(slowest)
         rounds += 1
         round_seconds.append(time.perf_counter() - r0_)
-        return _unpad_sums(layout.combine_nodes(nodes), n_out, D, inverse=True)
+        return _unpad_sums(layout.combine_nodes(nodes), W.shape[1], D, inverse=True)
 
     n_rows = member.sum(axis=0, dtype=np.int64)
     coef, info = solver.train_models_with(evaluate, n_rows, D, n_out, C=Ck, loss=spec, coef=coef,
                                           precond=precond, options=options,
-                                          n_threads=1 if n_threads is None else int(n_threads), n_free=n_free)
+                                          n_threads=1 if n_threads is None else int(n_threads), n_free=n_free,
+                                          reference=reference)
     seconds.update(rounds=float(np.sum(round_seconds)), rounds_compute=float(np.sum(compute_seconds)))
     return coef, info, rounds
 
