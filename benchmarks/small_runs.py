@@ -20,12 +20,15 @@ b. scikit-learn tuned: float32 rows, ``--threads`` joblib (loky) worker processe
    prediction of the held-out rows; every ``--peer-every``-th phase of the run is timed (the
    same active and training-set sizes as ours) and the whole run estimated as their mean
    times the number of phases ("est." in the table);
-c. the floor: per phase, 64 models x evaluations x two products of t x (d + 1) x C, and the
-   prediction (n x (d + 1) x 64 C), at the best GEMM rate measured in the same run
+c. the floor: per phase, 64 models x evaluations x two products of t x (d + 1) x (C - 1), and
+   the prediction (n x (d + 1) x 64 (C - 1)), at the best GEMM rate measured in the same run
    (``compare_scale.gemm_rate``: NumPy's sgemm or the package's GEMM, ``--threads``
-   threads).  Two floors: with the evaluations our solver made (iterations + 1 a model), and
-   with a fixed 28 evaluations a model (27 iterations + 1, what a profile of the first shape
-   measured a model to take with the positional partitions and `tol=1e-4`).
+   threads).  C - 1 weight vectors a model are the least arithmetic of these models (the
+   binomial model for C = 2, which scikit-learn fits; the reference-class form the package
+   trains); the floor with C vectors (the symmetric softmax) is given too.  Floors with the
+   evaluations our solver made (iterations + 1 a model), and with a fixed 28 evaluations a
+   model (27 iterations + 1, what a profile of the first shape measured a model to take with
+   the positional partitions and `tol=1e-4`).
 
     PYTHONPATH=. python benchmarks/small_runs.py [--shapes 1580x1024 5000x768 30000x384]
         [--rounds 3] [--peer-every 16] [--builds . /path/to/older/checkout] [--json out.json]
@@ -113,14 +116,15 @@ def peer_phase(X, y, n_active, t, threads, seed):
     return time.perf_counter() - t0, float(np.mean([it for _, it in out]))
 
 
-def floors(run, d, classes, rate, evals=None):
-    """Seconds of the run's arithmetic at ``rate`` GFLOP/s: ``evals`` evaluations a model, or
-    the run's iterations + 1."""
+def floors(run, d, outputs, rate, evals=None):
+    """Seconds of the run's arithmetic at ``rate`` GFLOP/s with ``outputs`` weight vectors a
+    model (C - 1: the binomial / reference-class model, the least any implementation needs; C:
+    the symmetric softmax): ``evals`` evaluations a model, or the run's iterations + 1."""
     D = d + 1
     flops = 0.0
     for it, n, t in zip(run["iterations"], run["n_active"], run["train_size"]):
         e = it + 1 if evals is None else evals
-        flops += M * e * 2 * (2.0 * t * D * classes) + 2.0 * n * D * M * classes
+        flops += M * e * 2 * (2.0 * t * D * outputs) + 2.0 * n * D * M * outputs
     return flops / (rate * 1e9)
 
 
@@ -180,19 +184,22 @@ def main():
                 seconds=[x["seconds"] for x in runs[b]], median=total, phases=ref["phases"],
                 median_phase_ms=1e3 * statistics.median([statistics.median(x["phase_seconds"]) for x in runs[b]]),
                 iterations=float(np.mean(ref["iterations"])),
-                floor_taken=floors(ref, d, classes, rate), floor_28=floors(ref, d, classes, rate, 28))
+                floor_taken=floors(ref, d, classes - 1, rate), floor_28=floors(ref, d, classes - 1, rate, 28),
+                floor_28_classes=floors(ref, d, classes, rate, 28))
         report[shape] = rep
         print(f"\n{shape}: GEMM rate {rate:.0f} GF/s; scikit-learn tuned est. median "
               f"{statistics.median(peers) if peers else float('nan'):.1f} s")
         print("| build | run (s), median (rounds) | phases | ms a phase (median) | iterations a model | "
-              "floor at its evaluations (s) | floor at 28 evaluations (s) | ours / floor (each) | tuned / ours |")
+              "floor, C - 1 outputs: at its evaluations / at 28 (s) | floor, C outputs, at 28 (s) | "
+              "ours / floor (each) | tuned / ours |")
         print("|---|---|---:|---:|---:|---|---|---|---:|")
         for b, v in rep["builds"].items():
             ratio = statistics.median(peers) / v["median"] if peers else float("nan")
             print(f"| {b} | {v['median']:.2f} ({', '.join(f'{s:.2f}' for s in v['seconds'])}) | {v['phases']} | "
-                  f"{v['median_phase_ms']:.1f} | {v['iterations']:.2f} | {v['floor_taken']:.2f} | "
-                  f"{v['floor_28']:.2f} | "
-                  f"{v['median'] / v['floor_taken']:.2f}, {v['median'] / v['floor_28']:.2f} | {ratio:.1f}x |")
+                  f"{v['median_phase_ms']:.1f} | {v['iterations']:.2f} | {v['floor_taken']:.2f} / "
+                  f"{v['floor_28']:.2f} | {v['floor_28_classes']:.2f} | "
+                  f"{v['median'] / v['floor_taken']:.2f}, {v['median'] / v['floor_28']:.2f}, "
+                  f"{v['median'] / v['floor_28_classes']:.2f} | {ratio:.1f}x |")
         print(f"# load average {os.getloadavg()}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))
