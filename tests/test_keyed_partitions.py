@@ -109,3 +109,11 @@ def test_old_checkpoints_are_refused_naming_the_version(tmp_path):
     with pytest.raises(ValueError, match="is of version 1, written by an earlier aflite_fast that drew partitions"):
         aflite(X, y, checkpoint=path, **run)
     assert zipfile.is_zipfile(path)
+
+
+def test_seeds_of_a_phase_at_once_are_each_partitions_seed():
+    for entropy in (0, 12345, 2**63 - 7):
+        seeds = partitions.key_seeds(entropy, (partitions.PARTITION_TAG, 3), 9)
+        assert seeds.dtype == np.uint64
+        assert list(seeds) == [partitions.key_seed(entropy, partitions.PARTITION_TAG, 3, j) for j in range(9)]
+
