@@ -197,12 +197,15 @@ def _train(plan, X, codes, active, center, train_pos, *, C, loss, loss_params, w
     trained = _Trained(coef, n_iter, status, n_eval, 0.0, precond_seconds)
     for block in blocks:
         # union of the block's training rows, without an n_active x len(block) copy of member
-        in_block[:] = False
-        for j in block:
-            np.logical_or(in_block, member[:, j], out=in_block)
+        if len(block) == m:  # every partition: one pass along member's rows, not m down its columns
+            np.any(member, axis=1, out=in_block)
+        else:
+            in_block[:] = False
+            for j in block:
+                np.logical_or(in_block, member[:, j], out=in_block)
         union = np.flatnonzero(in_block)
         if (len(blocks) == 1 and union.size >= 0.9 * n_active
-                and training_bytes(n_active, m, plan.d, n_out, options.history, int(member.sum()),
+                and training_bytes(n_active, m, plan.d, n_out, options.history, int(np.count_nonzero(member)),
                                    n_threads, G) <= budget):
             # (nearly) every active row trains some partition: take them all, so the gather is
             # one sequential pass (no row picking) and prediction finds every row gathered.
