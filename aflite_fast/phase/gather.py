@@ -72,7 +72,9 @@ class Workspace:
         else:
             compact_rows(layout.padded_rows(self.buffer, self._held[2].size * G, D),
                          candidate_rows(kept, G) if G > 1 else kept)
-            out = layout.empty_rows(rows.size * G, D, self.buffer, n_threads)  # the same first rows
+            # the same first rows; their padding moved with them and is zero already (empty_rows
+            # would write it again: a pass over every row's last cache line)
+            out = layout.padded_rows(self.buffer, rows.size * G, D)[:, :D]
         self._held = (X, np.array(center, copy=True), rows.copy(), key)
         return out
 
