@@ -34,9 +34,11 @@ class Workspace:
     also remembers which rows of which X (and centre) it holds: a later phase whose rows are
     a subset of them (every phase after the first, and every null pass, of an AFLite run)
     moves them to the front in place instead of reading X again (:meth:`gather`), the same
-    float32 values a fresh gather would write.  It also keeps small X's phase preconditioner
-    (:class:`~aflite_fast.core.preconditioning.KeptPreconditioner`).  It changes memory reuse,
-    reads and work, never results.
+    float32 values a fresh gather would write; a preconditioner's sample of those rows is
+    copied from it (:meth:`take`).  It also keeps small X's phase preconditioner
+    (:class:`~aflite_fast.core.preconditioning.KeptPreconditioner`), and larger X's last one with
+    its active rows (:meth:`sampled_preconditioner`: the chance check and the null score the
+    same rows again).  It changes memory reuse, reads and work, never results.
     """
 
     def __init__(self):
