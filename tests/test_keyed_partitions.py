@@ -35,6 +35,21 @@ def test_draws_are_uniform_subsets():
     assert np.array_equal(big[1], np.sort(np.argsort(keys, kind="stable")[:7_000]))
 
 
+def test_draws_on_threads_are_the_same_positions():
+    """Partitions drawn on several threads: each draw is its own, so the same positions, with
+    row ids, evaluation rows or neither."""
+    rng = np.random.default_rng(11)
+    active = np.sort(rng.choice(60_000, 50_000, replace=False)).astype(np.int64)
+    is_eval = np.zeros(60_000, dtype=bool)
+    is_eval[rng.choice(60_000, 5_000, replace=False)] = True
+    one = partitions.partition_train_positions(4, 2, active.size, 3_000, 9, row_ids=active)
+    for n_threads in (2, 3, 16):
+        assert np.array_equal(one, partitions.partition_train_positions(4, 2, active.size, 3_000, 9,
+                                                                        row_ids=active, n_threads=n_threads))
+        assert np.array_equal(train_positions(4, 2, active, is_eval, 3_000, 9),
+                              train_positions(4, 2, active, is_eval, 3_000, 9, n_threads=n_threads))
+
+
 def test_removing_a_row_changes_no_other_rows_draw():
     n, t, m = 2_000, 300, 16
     active = np.arange(n)

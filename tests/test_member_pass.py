@@ -22,7 +22,7 @@ import pytest
 from aflite_fast import predictability
 from aflite_fast.core import _kernel, layout, preconditioning, solver
 from aflite_fast.core.losses import resolve_loss
-from aflite_fast.phase import gather, local, partitions
+from aflite_fast.phase import gather, local, partitions, plan
 
 
 def _index(member, positions=None):
@@ -215,6 +215,44 @@ def test_phase_bitwise_across_threads_memmap_and_blocks(seed, make_problem, read
         assert np.array_equal(base.n_iter, other.n_iter)
     # the small budget did split the partitions into blocks (the others trained one block)
     assert blocks[:3] == [1, 1, 1] and blocks[3] > 1, blocks
+
+
+def _greedy_blocks(member, budget, n_features, n_classes, history, n_threads=1, group=1):
+    """plan.plan_blocks' greedy pass, column by column, as a reference (no shortcut)."""
+    blocks, current, in_union, n_member = [], [], np.zeros(member.shape[0], dtype=bool), 0
+    for j in range(member.shape[1]):
+        col = member[:, j].astype(bool)
+        rows = int(np.count_nonzero(in_union | col))
+        if current and plan.training_bytes(rows, len(current) + 1, n_features, n_classes, history,
+                                           n_member + int(col.sum()), n_threads, group) > budget:
+            blocks.append(current)
+            current, in_union, n_member = [], np.zeros_like(in_union), 0
+        current.append(j)
+        in_union |= col
+        n_member += int(col.sum())
+    return blocks + [current]
+
+
+@pytest.mark.parametrize("share", [0.1, 0.5])
+def test_plan_blocks_is_the_greedy_pass(seed, share):
+    # d. the blocks of partitions: one block of all when every step of the greedy pass fits
+    # (taken without the pass), else the pass's blocks, for budgets around that bound
+    rng = np.random.default_rng([seed, 17])
+    n, m, d, C, history = 5000, 12, 40, 3, 10
+    member = (rng.random((n, m)) < share).astype(np.uint8)
+    member[rng.random(n) < 0.3] = 0  # rows no partition trains on: the union is fewer than n rows
+    total = int(member.sum())
+    bound = max(plan.training_bytes(n, k, d, C, history, total) for k in range(1, m + 1))
+    union = int(np.count_nonzero(member.any(axis=1)))
+    exact = plan.training_bytes(union, m, d, C, history, total)
+    assert exact < bound
+    one = max(plan.training_bytes(int(c), 1, d, C, history, int(c)) for c in member.sum(axis=0))
+    small = one + (exact - one) // 4
+    for budget in (bound + 1, bound, bound - 1, exact, exact - 1, (one + exact) // 2, small, one):
+        expected = _greedy_blocks(member, budget, d, C, history)
+        assert plan.plan_blocks(member, budget, d, C, history) == expected, budget
+    assert plan.plan_blocks(member, bound, d, C, history) == [list(range(m))]
+    assert len(_greedy_blocks(member, small, d, C, history)) > 2
 
 
 def test_workspace_compacts_rows_in_place_as_a_fresh_gather(seed, make_problem):

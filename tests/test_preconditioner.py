@@ -16,7 +16,10 @@ f. Small X (its sample would be every row): a phase's preconditioner is estimate
    X's rows with the L2 weight of the power of two at or below t, a function of X and that
    bucket alone: a run builds it once per bucket, and a kept one, a fresh one (a resumed run)
    and one on another thread count are the same bits.  Larger X: the phase's preconditioner is
-   still the one of the sample of its active rows with the L2 weight of t.
+   still the one of the sample of its active rows with the L2 weight of t; its sample comes
+   from the rows the workspace holds after the first phase (X is not read for it), and the
+   same active rows scored again (the chance check) reuse it, in an AFLite run with the bits
+   of a fresh build.
 """
 import warnings
 
@@ -285,3 +288,89 @@ def test_larger_x_phase_preconditioner_is_the_active_rows_sample(seed, make_prob
         expected = preconditioning.preconditioner(rows, 3, 1.0 / (plan.kernel_C(2.0, 3) * t))
         np.testing.assert_array_equal(used[-1].dense, expected.dense)
     assert used[0] is not used[1]
+
+
+def test_larger_x_sample_from_the_workspace_and_reused_for_the_same_rows(seed, make_problem, monkeypatch):
+    # f. after the first phase the sample's rows are copied from the workspace, not read from X
+    # (the rows a gather from X writes); scoring the same active rows again (other labels, as
+    # the chance check does) builds nothing; other rows or another centre build again
+    from aflite_fast.io.inputs import gather_rows
+    from aflite_fast.phase import gather, local, partitions
+
+    rng = np.random.default_rng([seed, 3])
+    N, d = 3000, 20
+    X, y = make_problem(rng, N, d, 3, signal=0.5)
+    center = X.mean(axis=0).astype(np.float32)
+    codes = y.astype(np.int32)
+    built = _spy_on_built(monkeypatch)
+    ws = gather.Workspace()
+    active = np.arange(N, dtype=np.int64)
+    local.score_phase(X, codes, active, center, partitions.partition_train_positions(1, 0, N, 1000, 6),
+                      n_classes=3, workspace=ws, n_threads=2)
+    assert built == ["dense"]
+    active = np.sort(rng.choice(N, 2500, replace=False)).astype(np.int64)
+    sample = active[preconditioning.preconditioner_sample(active.size, d + 1)]
+    np.testing.assert_array_equal(ws.take(X, sample, center),
+                                  gather_rows(X, sample, center, np.empty((sample.size, d + 1), np.float32)))
+    assert ws.take(X, sample, center + 1) is None and ws.take(X.copy(), sample, center) is None
+    train_pos = partitions.partition_train_positions(1, 1, active.size, 800, 6)
+    expected = local.score_phase(X, codes, active, center, train_pos, n_classes=3, n_threads=2)
+    reads = []
+    real_gather = local.gather
+
+    def spy_gather(X, rows, *args, **kwargs):
+        reads.append(rows.size)
+        return real_gather(X, rows, *args, **kwargs)
+
+    monkeypatch.setattr(local, "gather", spy_gather)
+    got = local.score_phase(X, codes, active, center, train_pos, n_classes=3, workspace=ws, n_threads=2)
+    assert reads == []  # the sample taken from the workspace
+    for name in ("coef", "n_iter", "seen", "correct", "prob_label"):
+        np.testing.assert_array_equal(getattr(got, name), getattr(expected, name))
+    assert built == ["dense"] * 3
+    # the same rows again under permuted labels: the kept preconditioner, the bits of a fresh one
+    permuted = rng.permutation(codes).astype(np.int32)
+    again = local.score_phase(X, permuted, active, center, train_pos, n_classes=3, workspace=ws, n_threads=2)
+    assert built == ["dense"] * 3
+    fresh = local.score_phase(X, permuted, active, center, train_pos, n_classes=3, n_threads=2)
+    assert built == ["dense"] * 4
+    for name in ("coef", "n_iter", "seen", "correct", "prob_label"):
+        np.testing.assert_array_equal(getattr(again, name), getattr(fresh, name))
+    # other active rows, another centre: built again
+    fewer = active[:-1]
+    train_pos = partitions.partition_train_positions(1, 2, fewer.size, 800, 6)
+    local.score_phase(X, codes, fewer, center, train_pos, n_classes=3, workspace=ws, n_threads=2)
+    assert built == ["dense"] * 5
+    local.score_phase(X, codes, fewer, center + 1, train_pos, n_classes=3, workspace=ws, n_threads=2)
+    assert built == ["dense"] * 6
+
+
+def test_chance_check_builds_no_preconditioner_of_its_own(seed, make_problem, monkeypatch):
+    # f. an AFLite run on X larger than the sample: one preconditioner per phase, none for the
+    # chance check's three scorings of phase 0's rows, and the bits of runs without the reuse
+    import aflite_fast
+    from aflite_fast.phase import gather
+
+    rng = np.random.default_rng([seed, 4])
+    X, y = make_problem(rng, 2400, 16, 3, signal=0.5)
+    assert not preconditioning.whole_x_preconditioner(2400, 16)
+    run = dict(target_size=2000, n_partitions=8, train_size=600, slice_size=100, tau=0.5, random_state=seed,
+               progress=False, n_jobs=2)
+    built = _spy_on_built(monkeypatch)
+    res = aflite_fast.aflite(X, y, **run)
+    assert res.chance is not None and len(res.history) == 4
+    assert len(built) == len(res.history)
+
+    def always_build(self, key, active, build):
+        return build()
+
+    monkeypatch.setattr(gather.Workspace, "sampled_preconditioner", always_build)
+    monkeypatch.setattr(gather.Workspace, "take", lambda self, *args, **kwargs: None)
+    del built[:]
+    base = aflite_fast.aflite(X, y, **run)
+    assert len(built) == len(res.history) + 3
+    np.testing.assert_array_equal(base.keep, res.keep)
+    np.testing.assert_array_equal(base.scores, res.scores)
+    timeless = [{k: v for k, v in r.chance.as_dict().items() if k != "seconds"} for r in (base, res)]
+    assert timeless[0] == timeless[1]
+    assert [h.mean_iterations for h in base.history] == [h.mean_iterations for h in res.history]

@@ -32,6 +32,28 @@ def test_select_orders_ties_by_the_key_then_position():
     assert _select(scores, key, seen, 0.75, 2)[0].tolist() == [2, 1]
 
 
+def test_select_is_the_full_ordering_cut_at_the_budget(seed):
+    """The slice is the first ``budget`` rows of all eligible rows ordered by (score, mean key,
+    position), whichever rows share the budget-th row's score or key (the selection orders only
+    the rows that can make the slice)."""
+    rng = np.random.default_rng([seed, 202])
+    for trial in range(2000):
+        n, m = int(rng.integers(1, 300)), int(rng.integers(1, 8))
+        seen = rng.integers(0, m + 1, n).astype(np.int32)
+        correct = np.minimum(seen, rng.integers(0, m + 1, n)).astype(np.int32)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            scores = np.where(seen > 0, correct / np.maximum(seen, 1), np.nan)
+        prob = np.round(rng.random(n) * rng.integers(1, 5), 1) * seen  # few distinct means: ties
+        if trial % 7 == 0:
+            prob[rng.random(n) < 0.2] = np.nan
+        tau, budget = float(rng.choice([0.0, 0.5, 0.75, 1.0])), int(rng.integers(0, n + 3))
+        eligible = np.flatnonzero((seen > 0) & (scores >= tau))
+        order = np.lexsort((eligible, -(prob[eligible] / seen[eligible]), -scores[eligible]))
+        chosen, n_eligible = _select(scores, prob, seen, tau, budget)
+        assert n_eligible == eligible.size
+        assert chosen.tolist() == (eligible[order[:budget]].tolist() if budget > 0 else []), trial
+
+
 def test_label_prob_takes_the_rows_the_rule_names(tied, seed):
     """Phase 0 equals predictability() with the same seed: its slice is the top of
     (score, mean probability of the label, -position) there."""

@@ -227,8 +227,11 @@ class Problem:
         return self.solver
 
     def train_positions(self, entropy, phase, active, train_size, n_partitions, groups=None):
-        """Each partition's sorted training positions in ``active`` (c of the module docstring)."""
-        return train_positions(entropy, phase, active, self.is_eval, train_size, n_partitions, groups=groups)
+        """Each partition's sorted training positions in ``active`` (c of the module docstring),
+        drawn on the backend's threads (the same positions whatever their number)."""
+        n_threads = getattr(self.backend, "n_threads", None)
+        return train_positions(entropy, phase, active, self.is_eval, train_size, n_partitions, groups=groups,
+                               n_threads=n_threads or 1)
 
     def score(self, codes, active, train_pos, *, warm_coef=None, proba_sum=None, what="partition model"):
         """One phase through the backend with the guards on its models (d of the module docstring).

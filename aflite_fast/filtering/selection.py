@@ -25,9 +25,31 @@ def select_rows(scores, prob_label, seen, tau, budget):
     eligible = np.flatnonzero((seen > 0) & (scores >= tau))
     if eligible.size == 0 or budget <= 0:
         return np.empty(0, dtype=np.int64), eligible.size
-    mean_prob = prob_label[eligible] / seen[eligible]
-    order = np.lexsort((eligible, -mean_prob, -scores[eligible]))
-    return eligible[order[:budget]], eligible.size
+    n_eligible = eligible.size
+    score = -scores[eligible]
+    mean_prob = -(prob_label[eligible] / seen[eligible])
+    if budget < n_eligible:
+        # only the rows that can be among the first ``budget`` are ordered (a phase orders its
+        # slice, not the hundreds of thousands of rows at or above tau): every row whose score
+        # beats the budget-th's, and of the rows tied with it those whose mean probability
+        # does not fall behind the one that fills the budget.  Ordering them sorts the same
+        # first ``budget`` rows as ordering all would.
+        last = score.min()  # the best score, often held by more rows than the budget
+        if np.count_nonzero(score == last) < budget:
+            # (a partial sort of a few distinct values is slow: asked only when needed)
+            last = np.partition(score, budget - 1)[budget - 1]
+        ahead = score < last
+        tied = np.flatnonzero(score == last)
+        room = budget - int(np.count_nonzero(ahead))
+        if room < tied.size:
+            cut = np.partition(mean_prob[tied], room - 1)[room - 1]
+            if not np.isnan(cut):  # (NaN sorts last: then every tied row stays)
+                tied = tied[mean_prob[tied] <= cut]
+        ahead[tied] = True
+        keep = np.flatnonzero(ahead)
+        eligible, score, mean_prob = eligible[keep], score[keep], mean_prob[keep]
+    order = np.lexsort((eligible, mean_prob, score))
+    return eligible[order[:budget]], n_eligible
 
 
 def tie_key(tie_break, entropy, phase, seen, row_ids=None):

@@ -78,19 +78,21 @@ def eligible_positions(active, is_eval):
     return np.flatnonzero(~is_eval[active]).astype(np.int64)
 
 
-def train_positions(entropy, phase, active, is_eval, train_size, n_partitions, groups=None):
+def train_positions(entropy, phase, active, is_eval, train_size, n_partitions, groups=None, n_threads=1):
     """Training positions (in the active set) of every partition of a phase, drawn among the
     training-eligible active rows only (:func:`aflite_fast.phase.partitions.partition_train_positions`
     over them, mapped back to active positions: still sorted, padded with ``TRAIN_PAD``).
 
     ``active`` holds the active rows' indices in X (their ids: their keys do not depend on which
-    other rows are active or eligible), ``groups`` the group code of every active position."""
+    other rows are active or eligible), ``groups`` the group code of every active position;
+    ``n_threads`` threads draw the partitions (the same positions whatever the number)."""
     if is_eval is None:
         return partition_train_positions(entropy, phase, active.size, train_size, n_partitions, groups=groups,
-                                         row_ids=active)
+                                         row_ids=active, n_threads=n_threads)
     eligible = eligible_positions(active, is_eval)
     pos = partition_train_positions(entropy, phase, eligible.size, train_size, n_partitions,
-                                    groups=None if groups is None else groups[eligible], row_ids=active[eligible])
+                                    groups=None if groups is None else groups[eligible], row_ids=active[eligible],
+                                    n_threads=n_threads)
     out = np.full(pos.shape, TRAIN_PAD, dtype=np.int64)
     taken = pos != TRAIN_PAD
     out[taken] = eligible[pos[taken]]

@@ -34,9 +34,11 @@ class Workspace:
     also remembers which rows of which X (and centre) it holds: a later phase whose rows are
     a subset of them (every phase after the first, and every null pass, of an AFLite run)
     moves them to the front in place instead of reading X again (:meth:`gather`), the same
-    float32 values a fresh gather would write.  It also keeps small X's phase preconditioner
-    (:class:`~aflite_fast.core.preconditioning.KeptPreconditioner`).  It changes memory reuse,
-    reads and work, never results.
+    float32 values a fresh gather would write; a preconditioner's sample of those rows is
+    copied from it (:meth:`take`).  It also keeps small X's phase preconditioner
+    (:class:`~aflite_fast.core.preconditioning.KeptPreconditioner`), and larger X's last one with
+    its active rows (:meth:`sampled_preconditioner`: the chance check and the null score the
+    same rows again).  It changes memory reuse, reads and work, never results.
     """
 
     def __init__(self):
@@ -44,6 +46,7 @@ class Workspace:
         self._held = None  # (X, center, rows, n_columns) of the rows in the buffer, if any
         #: the whole-X phase preconditioner kept for the next phase (aflite_fast.phase.local)
         self.preconditioner = KeptPreconditioner()
+        self._sampled = None  # (what it was built from, active rows, preconditioner): see sampled_preconditioner
 
     def rows(self, n_rows, n_columns, n_threads=1):
         """An (n_rows, n_columns) row array in the workspace's buffer (grown if too small);
@@ -71,9 +74,46 @@ class Workspace:
         else:
             compact_rows(layout.padded_rows(self.buffer, self._held[2].size * G, D),
                          candidate_rows(kept, G) if G > 1 else kept)
-            out = layout.empty_rows(rows.size * G, D, self.buffer, n_threads)  # the same first rows
+            # the same first rows; their padding moved with them and is zero already (empty_rows
+            # would write it again: a pass over every row's last cache line)
+            out = layout.padded_rows(self.buffer, rows.size * G, D)[:, :D]
         self._held = (X, np.array(center, copy=True), rows.copy(), key)
         return out
+
+    def take(self, X, rows, center, position_bias=False):
+        """:func:`gather` of ``rows`` (sorted; items of multiple-choice X) into new rows
+        (rows.size x K, D) copied from the buffer, or None unless the buffer holds them all
+        (rows of the same X and centre): the same float32 values a gather from X would write,
+        without reading X (a preconditioner's sample of a later phase: thousands of rows
+        spread over X, each its own read of a file)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        G, D, _ = phase_shape(X, 1, position_bias)
+        pos = self._subset_of_held(X, rows, center, (D, bool(position_bias)))
+        if pos is None:
+            return None
+        full = layout.padded_rows(self.buffer, self._held[2].size * G, D)
+        # indexing, not np.take: np.take copies a strided source whole (the buffer) first
+        return full[candidate_rows(pos, G) if G > 1 else pos, :D]
+
+    def sampled_preconditioner(self, key, active, build):
+        """The phase preconditioner of ``active`` (sorted rows) estimated from a sample of
+        them: the one built last if it was built for the same ``active`` and ``key`` (X, its
+        centre and everything else it is a function of), else ``build()``, kept in its place.
+
+        The chance check and the null score the phase's rows again under permuted labels;
+        the preconditioner does not depend on the labels, so each of those scorings would
+        rebuild the same bits (a second-moment pass over the sample and an inverse)."""
+        kept = self._sampled
+        if kept is not None:
+            (kX, kcenter, krest), kactive, precond = kept
+            X, center, rest = key
+            if kX is X and krest == rest and np.array_equal(kcenter, center) and np.array_equal(kactive, active):
+                return precond
+        self._sampled = None  # let the old one go before the new one is built
+        precond = build()
+        X, center, rest = key
+        self._sampled = ((X, np.array(center, copy=True), rest), np.array(active, copy=True), precond)
+        return precond
 
     def _subset_of_held(self, X, rows, center, key):
         """Positions of ``rows`` among the held rows, or None if they are not all held."""

@@ -180,29 +180,45 @@ def _train(plan, X, codes, active, center, train_pos, *, C, loss, loss_params, w
         def read_sample(rows):
             nonlocal read_seconds
             r0 = time.perf_counter()
-            out = gather(X, rows, center, np.empty((rows.size * G, D), dtype=np.float32), plan.gather_bytes,
-                         plan.position_bias, n_threads)
+            # after the first phase the workspace holds the last phase's rows, of which these
+            # are a subset: copied from there instead of read from X one row at a time
+            out = None if workspace is None else workspace.take(X, rows, center, plan.position_bias)
+            if out is None:
+                out = gather(X, rows, center, np.empty((rows.size * G, D), dtype=np.float32), plan.gather_bytes,
+                             plan.position_bias, n_threads)
             if G > 1:
                 out = layout.item_centered(out, np.arange(rows.size), G)
             read_seconds += time.perf_counter() - r0
             return out
 
         p0 = time.perf_counter()
-        precond = phase_preconditioner(read_sample, sampled, plan.d, n_out, Ck, train_pos.shape[1], n_threads,
-                                       preconditioner_chunk_rows(budget, plan.d), precond_form, G, whole_x=whole_x,
-                                       kept=kept, kept_source=(X, center, (D, plan.position_bias),
-                                                               D * D * 8 <= budget // 32))
+        chunk_rows = preconditioner_chunk_rows(budget, plan.d)
+
+        def build():
+            return phase_preconditioner(read_sample, sampled, plan.d, n_out, Ck, train_pos.shape[1], n_threads,
+                                        chunk_rows, precond_form, G, whole_x=whole_x, kept=kept,
+                                        kept_source=(X, center, (D, plan.position_bias), D * D * 8 <= budget // 32))
+
+        if whole_x or workspace is None:  # small X: the workspace's KeptPreconditioner
+            precond = build()
+        else:  # the same active rows again (the chance check, the null): the same preconditioner
+            precond = workspace.sampled_preconditioner(
+                (X, center, (D, plan.position_bias, n_out, Ck, train_pos.shape[1], n_threads, chunk_rows,
+                             precond_form, G)), active, build)
         precond_seconds = time.perf_counter() - p0
     in_block = np.empty(n_active, dtype=bool)
     trained = _Trained(coef, n_iter, status, n_eval, 0.0, precond_seconds)
     for block in blocks:
         # union of the block's training rows, without an n_active x len(block) copy of member
-        in_block[:] = False
-        for j in block:
-            np.logical_or(in_block, member[:, j], out=in_block)
+        if len(block) == m:  # every partition: one pass along member's rows, not m down its columns
+            np.any(member, axis=1, out=in_block)
+        else:
+            in_block[:] = False
+            for j in block:
+                np.logical_or(in_block, member[:, j], out=in_block)
         union = np.flatnonzero(in_block)
         if (len(blocks) == 1 and union.size >= 0.9 * n_active
-                and training_bytes(n_active, m, plan.d, n_out, options.history, int(member.sum()),
+                and training_bytes(n_active, m, plan.d, n_out, options.history, int(np.count_nonzero(member)),
                                    n_threads, G) <= budget):
             # (nearly) every active row trains some partition: take them all, so the gather is
             # one sequential pass (no row picking) and prediction finds every row gathered.

@@ -103,7 +103,8 @@ def _smallest(seed, ids, count):
     return cand[below]
 
 
-def partition_train_positions(entropy, phase, n_active, train_size, n_partitions, groups=None, row_ids=None):
+def partition_train_positions(entropy, phase, n_active, train_size, n_partitions, groups=None, row_ids=None,
+                              n_threads=1):
     """Training positions (in the active set) of every partition of a phase.
 
     Partition j of phase p keys every active row by :func:`row_keys` under
@@ -129,6 +130,9 @@ def partition_train_positions(entropy, phase, n_active, train_size, n_partitions
     row_ids : ndarray (n_active,) of int, optional
         Id (>= 0) of every active position: its row's index in X.  Default: the positions
         themselves (all rows active).
+    n_threads : int, default=1
+        Threads that draw partitions (without groups): each partition's draw is its own, so
+        the result is the same whatever the number.
 
     Returns
     -------
@@ -144,8 +148,21 @@ def partition_train_positions(entropy, phase, n_active, train_size, n_partitions
         raise ValueError(f"row_ids has shape {ids.shape}, expected ({n_active},)")
     out = np.empty((n_partitions, train_size), dtype=np.int64)
     seeds = key_seeds(entropy, (PARTITION_TAG, phase), n_partitions)
-    for j in range(n_partitions):
+
+    def draw(j):
         out[j] = _smallest(seeds[j], ids, train_size)
+
+    n_threads = max(1, min(int(n_threads), n_partitions))
+    if n_threads == 1:
+        for j in range(n_partitions):
+            draw(j)
+        return out
+    # the compiled key pass and the partial sort release the GIL: partitions draw in parallel
+    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415 - only on this path
+
+    with ThreadPoolExecutor(max_workers=n_threads) as pool:
+        for f in [pool.submit(draw, j) for j in range(n_partitions)]:
+            f.result()
     return out
 
 
