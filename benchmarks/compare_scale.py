@@ -20,7 +20,8 @@ c. scikit-learn naive (``baseline.baseline_phase``, only with ``--naive-sample``
    ``--threads``; the call with no partition (copying the rows) is timed too, and only the
    fits' part is scaled by m / sample;
 d. the floor: the flops the algorithm needs (per model and evaluation of objective and
-   gradient, two products of t x (d+1) x C; prediction, one product of N x (d+1) x (m C)), at
+   gradient, two products of t x (d+1) x (C - 1); prediction, one product of N x (d+1) x
+   (m (C - 1)): C - 1 weight vectors a model, the reference-class form's), at
    the best GEMM rate measured in the same run (NumPy's float32 matmul, i.e. OpenBLAS
    sgemm, and the package's deterministic GEMM on an (N x 769) @ (769 x 192) product, on
    ``--threads`` threads, whichever is faster).  Evaluations are the ones our solver made
@@ -102,8 +103,12 @@ def ours_phase(X, y, center, train_pos, threads, workspace=None, n_classes=3):
 
 
 def floor_seconds(res, t, n, D, C, m, rate):
-    train = float(res.n_eval.sum()) * 2 * 2 * t * D * C
-    predict = 2.0 * n * D * m * C
+    """The phase's flops at ``rate`` GF/s with C - 1 weight vectors a model (the reference-class
+    form the package trains: the least arithmetic of these models): (seconds, training flops,
+    prediction flops)."""
+    outputs = C - 1
+    train = float(res.n_eval.sum()) * 2 * 2 * t * D * outputs
+    predict = 2.0 * n * D * m * outputs
     return (train + predict) / (rate * 1e9), train, predict
 
 
