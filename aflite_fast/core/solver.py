@@ -123,6 +123,10 @@ def train_models(Xa, y, member, n_classes, *, C=1.0, loss="ce", loss_params=None
         Parameters of the loss (e.g. ``{"q": 0.7}``).
     coef : ndarray of shape (B, d + 1, n_classes), float64, optional
         Starting point (warm start); updated in place and returned.  Zeros when omitted.
+        Classifiers (``group`` 1, two or more classes) are trained in the reference-class form
+        (:mod:`aflite_fast.core.reference_class`) and come back with the last class's weights
+        zero: the same probabilities as the zero-mean weights of the symmetric optimum
+        (``reference_class.centered`` gives those).
     positions : ndarray of shape (n,), int64, optional
         Positions of the rows in the active set (sorted); they fix the summation blocks.
         Defaults to ``arange(n)``.
@@ -154,8 +158,9 @@ def train_models(Xa, y, member, n_classes, *, C=1.0, loss="ce", loss_params=None
     Returns
     -------
     coef : ndarray of shape (B, d + 1, n_classes)
-    info : dict with arrays ``n_iter`` (accepted steps), ``status``, ``objective`` and
-        ``n_eval`` (evaluations of objective and gradient), one entry per model
+    info : dict with arrays ``n_iter`` (accepted steps), ``status``, ``objective`` (the
+        symmetric objective at the zero-mean weights of ``coef``) and ``n_eval`` (evaluations
+        of objective and gradient), one entry per model
     """
     options = options or SolverOptions()
     n, D = Xa.shape
