@@ -255,24 +255,22 @@ def preconditioner(rows, n_classes, l2, n_threads=1, form="dense", curvature=Non
     chunks = [rows] if isinstance(rows, np.ndarray) else rows
     if form == "none":
         return Preconditioner("none")
-    s, l2 = _curvature_and_l2(n_classes, l2, curvature)
+    s = _curvature(n_classes, curvature)
     if form == "lowrank":
         return _lowrank_preconditioner(chunks, s, l2, n_threads)
     acc, n, D = _second_moments(chunks, form, n_threads)
     return _from_second_moments(acc, n, D, s, l2, form)
 
 
-def _curvature_and_l2(n_classes, l2, curvature):
-    """(s, L2 weight) of the matrix ``(s X'X / n + l2 I)^-1`` the preconditioner holds.
+def _curvature(n_classes, curvature):
+    """s of the matrix ``(s X'X / n + l2 I)^-1`` the preconditioner holds.
 
     Classifiers (``curvature`` None) train in the reference-class form
     (:mod:`aflite_fast.core.reference_class`), whose Hessian at uniform probabilities is
     ``(I - 1 1' / C) x (X'X / (C n) + l2 I)`` over (outputs x columns): the matrix with
     ``s = 1 / C`` and the solver's mixing of the outputs by ``I + 1 1'`` are its exact inverse.
-    Multiple choice: ``curvature`` and ``l2`` as given."""
-    if curvature is not None:
-        return float(curvature), l2
-    return 1.0 / n_classes, l2
+    Multiple choice: ``curvature`` as given."""
+    return 1.0 / n_classes if curvature is None else float(curvature)
 
 
 def _second_moments(chunks, form, n_threads):
@@ -496,7 +494,7 @@ def phase_preconditioner(read_rows, active, n_features, n_classes, kernel_C, tra
     curvature = None if group == 1 else 1.0
     if kept is None or form not in ("dense", "diagonal"):
         return preconditioner(chunks(), n_classes, l2, n_threads, form=form, curvature=curvature)
-    s, l2 = _curvature_and_l2(n_classes, l2, curvature)
+    s = _curvature(n_classes, curvature)
     X, center, key, keep_sums = kept_source
     return kept.get(X, center, (key, group), form, s, l2, lambda: _second_moments(chunks(), form, n_threads),
                     keep_sums)
