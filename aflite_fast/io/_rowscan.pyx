@@ -5,8 +5,11 @@ They run on every call (input checks, the membership matrix of a phase), so they
 prebuilt rather than compiled at run time: a new process pays no compilation for them.
 None allocates anything the size of X.
 """
+import numpy as np
+
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memset
+from libc.stdlib cimport malloc, free, qsort
 
 ctypedef fused bits_t:
     uint16_t
@@ -97,3 +100,64 @@ def keys_below(uint64_t seed, const int64_t[::1] ids, uint64_t below, int64_t[::
                     keys[found] = k
                 found += 1
     return found
+
+
+ctypedef struct _keyed:
+    uint64_t key
+    int64_t index
+
+
+cdef int _by_key(const void *a, const void *b) noexcept nogil:
+    cdef const _keyed *x = <const _keyed *> a
+    cdef const _keyed *y = <const _keyed *> b
+    if x.key != y.key:
+        return -1 if x.key < y.key else 1
+    if x.index != y.index:
+        return -1 if x.index < y.index else 1
+    return 0
+
+
+def group_prefixes(const uint64_t[::1] seeds, const int64_t[::1] codes, const int64_t[::1] sizes,
+                   int64_t train_size, uint64_t below, uint8_t[:, ::1] taken):
+    """For every seed j: the shortest prefix of the groups in the order of their keys (value
+    ``codes[g]`` of the splitmix64 stream at ``seeds[j]``; equal keys by index) whose sizes sum
+    to at least ``train_size``, marked in ``taken[j]``.  Only groups whose key is below
+    ``below`` are ordered when they hold enough rows (the prefix is then among them), else all.
+    Returns the number of groups taken per seed (int64 array); a count equal to the number of
+    groups means the prefix took them all."""
+    cdef Py_ssize_t m = seeds.shape[0], G = codes.shape[0], j, g, n_cand, n
+    cdef int64_t total
+    cdef uint64_t k
+    cdef _keyed *buf = <_keyed *> malloc((G + 1) * sizeof(_keyed))
+    counts = np.zeros(m, dtype=np.int64)
+    cdef int64_t[::1] cnt = counts
+    if buf == NULL:
+        raise MemoryError("group_prefixes: could not allocate scratch memory")
+    try:
+        with nogil:
+            for j in range(m):
+                n_cand = 0
+                total = 0
+                for g in range(G):
+                    k = _splitmix(seeds[j], <uint64_t>codes[g])
+                    if k < below:
+                        buf[n_cand].key = k
+                        buf[n_cand].index = g
+                        n_cand += 1
+                        total += sizes[g]
+                if total < train_size:
+                    n_cand = G
+                    for g in range(G):
+                        buf[g].key = _splitmix(seeds[j], <uint64_t>codes[g])
+                        buf[g].index = g
+                qsort(buf, n_cand, sizeof(_keyed), _by_key)
+                total = 0
+                n = 0
+                while n < n_cand and total < train_size:
+                    total += sizes[buf[n].index]
+                    taken[j, buf[n].index] = 1
+                    n += 1
+                cnt[j] = n if total >= train_size else G
+    finally:
+        free(buf)
+    return counts

@@ -13,6 +13,7 @@ backend.
 """
 import numpy as np
 
+from aflite_fast.io import _rowscan
 from aflite_fast.io.rows import keys_below
 
 #: Fill value of the training positions of a partition drawn as whole groups: each row of the
@@ -178,20 +179,17 @@ def _group_train_positions(entropy, phase, train_size, n_partitions, groups):
     # deviations; only they are ordered (all groups when they fall short)
     share = p + 6.0 * np.sqrt(p * float(np.sum(sizes.astype(np.float64) ** 2))) / n_rows + 2.0 * sizes.max() / n_rows
     seeds = key_seeds(entropy, (PARTITION_TAG, phase), n_partitions)
-    for j in range(n_partitions):
-        keys = row_keys(seeds[j], codes)
-        cand = np.flatnonzero(keys < np.uint64(int(share * 2.0**64))) if share < 1.0 else None
-        if cand is None or int(sizes[cand].sum()) < train_size:
-            cand = np.arange(n_groups)
-        order = cand[np.lexsort((codes[cand], keys[cand]))]
-        # the shortest prefix of the groups in key order with at least train_size rows
-        n_taken = int(np.searchsorted(np.cumsum(sizes[order]), train_size)) + 1
-        if n_taken >= n_groups:
-            raise ValueError(f"groups: a training set of {train_size} rows drawn as whole groups takes all "
-                             f"{n_groups} groups and leaves no row held out; lower train_size")
-        taken = np.zeros(n_groups, dtype=bool)
-        taken[order[:n_taken]] = True
-        picks.append(np.flatnonzero(taken[group_of]))
+    below = np.uint64(int(share * 2.0**64)) if share < 1.0 else np.uint64(2**64 - 1)
+    # a compiled pass per partition: keys of the groups, the candidates ordered, the prefix
+    taken = np.zeros((n_partitions, n_groups), dtype=np.uint8)
+    n_taken = _rowscan.group_prefixes(seeds, np.ascontiguousarray(codes, dtype=np.int64),
+                                      np.ascontiguousarray(sizes, dtype=np.int64), int(train_size), below, taken)
+    if np.any(n_taken >= n_groups):
+        raise ValueError(f"groups: a training set of {train_size} rows drawn as whole groups takes all "
+                         f"{n_groups} groups and leaves no row held out; lower train_size")
+    rows_of, picked = np.nonzero(taken[:, group_of])
+    counts = np.bincount(rows_of, minlength=n_partitions)
+    picks = np.split(picked, np.cumsum(counts)[:-1])
     out = np.full((n_partitions, max(p.size for p in picks)), TRAIN_PAD, dtype=np.int64)
     for j, pos in enumerate(picks):
         out[j, :pos.size] = pos
