@@ -67,10 +67,11 @@ def extensions():
     kernel = Extension(
         "aflite_fast.core._kernel",
         sources=["aflite_fast/core/_kernel.pyx", os.path.join(CSRC, "afl_gemm.c"),
-                 os.path.join(CSRC, "afl_member.c")],
+                 os.path.join(CSRC, "afl_member.c"), os.path.join(CSRC, "afl_dual.c")],
         include_dirs=[CSRC],
         depends=[os.path.join(CSRC, h) for h in ("afl_gemm.h", "afl_gemm_impl.h", "afl_exp_impl.h", "afl_losses.h",
-                                                  "afl_omp.h", "afl_member.h", "afl_member_impl.h")],
+                                                  "afl_omp.h", "afl_member.h", "afl_member_impl.h",
+                                                  "afl_dual.h", "afl_dual_impl.h")],
     )
     # sparse (CSR) rows: the member pass and prediction (docs/sparse.md)
     sparse_kernel = Extension(

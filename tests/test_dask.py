@@ -314,3 +314,20 @@ def test_a_row_source_of_another_format_is_refused(tmp_path):
     np.testing.assert_array_equal(as_dask_array(open_embeddings(tmp_path / "one.npy")).compute(), X)
     with pytest.raises(ValueError, match="list of .npy shard paths"):
         as_dask_array(open_embeddings(tmp_path / "shards"))
+
+
+def test_row_space_phases_dask_match_local(client, seed):
+    """Small X whose models train on fewer rows than columns (the row-space solver): the phases
+    are scored by the local engine on X's rows brought to the client, with its bits."""
+    rng = np.random.default_rng(seed + 21)
+    X, y = make_problem(rng, 300, 200, 2, signal=0.6)  # t = 150 < D = 201
+    kw = dict(target_size=200, n_partitions=6, train_size=0.5, slice_size=25, tau=0.0,
+              random_state=seed + 4, progress=False, chance_check=False)
+    local = aflite(X, y, **kw)
+    remote = aflite(da.from_array(X, chunks=(100, 200)), y, backend="dask", **kw)
+    assert len(local.history) >= 2
+    np.testing.assert_array_equal(remote.keep, local.keep)
+    np.testing.assert_array_equal(remote.removed, local.removed)
+    np.testing.assert_array_equal(remote.scores, local.scores)
+    # X's rows came here once, for the first phase
+    assert remote.history[0].bytes_moved == X.nbytes and all(h.bytes_moved == 0 for h in remote.history[1:])

@@ -189,30 +189,40 @@ def test_whole_x_rule_from_the_sizes():
 
 
 def test_small_x_run_builds_its_preconditioner_once_per_bucket(seed, make_problem, monkeypatch):
-    # f. t falls from 300 to below 128 over the run: buckets 256, 128 and 64, one inverse each,
-    # and a preconditioner in every phase, also once the active rows are fewer than the columns
+    # f. t falls from 300 to below 128 over the run: while t >= D the feature-space solver runs
+    # with the whole-X preconditioner, one inverse per bucket (256, 128); below D the models
+    # train in the row space (aflite_fast.core.row_space), which builds none
     import aflite_fast
+    from aflite_fast.core import row_space
     from aflite_fast.core import solver as solver_module
 
     rng = np.random.default_rng(seed)
-    X, y = make_problem(rng, 600, 300, 2, signal=0.5)  # 600 rows, D = 301: whole-X
-    assert preconditioning.whole_x_preconditioner(600, 300)
+    X, y = make_problem(rng, 600, 200, 2, signal=0.5)  # 600 rows, D = 201: whole-X
+    assert preconditioning.whole_x_preconditioner(600, 200)
     built = _spy_on_built(monkeypatch)
-    forms = []
+    forms, row_sizes = [], []
     real_train = solver_module.train_models
+    real_rows = row_space.train_models_row_space
 
     def train_models(*args, **kwargs):
         forms.append(None if kwargs["precond"] is None else kwargs["precond"].form)
         return real_train(*args, **kwargs)
 
+    def train_rows(Xa, y, member, *args, **kwargs):
+        row_sizes.append(int(member.sum(axis=0).max()))
+        return real_rows(Xa, y, member, *args, **kwargs)
+
     monkeypatch.setattr(solver_module, "train_models", train_models)
+    monkeypatch.setattr(row_space, "train_models_row_space", train_rows)
     res = aflite_fast.aflite(X, y, target_size=200, n_partitions=8, train_size=0.5, slice_size=25, tau=0.0,
                              random_state=seed, progress=False, chance_check=False, n_jobs=2)
     sizes = [h.train_size for h in res.history]
     assert len(sizes) == 16 and sizes[0] == 300 and sizes[-1] < 128
-    assert min(h.n_active for h in res.history) < 301  # phases with fewer active rows than columns
-    assert built == ["dense"] * 3  # 256, 128, 64
-    assert forms == ["dense"] * 16
+    n_feature_space = sum(t >= 201 for t in sizes)
+    assert 0 < n_feature_space < 16
+    assert built == ["dense"] * 2  # 256, 128
+    assert forms == ["dense"] * n_feature_space
+    assert row_sizes == [t for t in sizes if t < 201]
     # on one thread: the same bits (a resumed run's are tests/test_checkpoint.py's, small X too)
     one = aflite_fast.aflite(X, y, target_size=200, n_partitions=8, train_size=0.5, slice_size=25, tau=0.0,
                              random_state=seed, progress=False, chance_check=False, n_jobs=1)

@@ -60,6 +60,31 @@ cdef extern from "afl_gemm.h" nogil:
 cdef extern from "afl_losses.h" nogil:
     ctypedef double (*afl_user_weight_fn)(double, const double *, double *)
 
+cdef extern from "afl_dual.h" nogil:
+    ctypedef struct afl_dual_problem:
+        int64_t nk, ldk
+        const float *K
+        const int64_t *krow
+        int64_t n, D, ldx
+        const float *X
+        const int32_t *y
+        int C, loss_code
+        const double *params
+        afl_user_weight_fn user
+        double gtol, ftol, start_rtol
+        int max_iter, hist, max_ls
+        int r
+        const double *V
+        const double *Vt
+        const double *XV
+        const double *sig
+        double sig_rest, s
+    int AFL_DUAL_MAX_OUT
+    int afl_dual_train(const afl_dual_problem *pb, int64_t B, const int64_t *mptr, const int32_t *mrows,
+                       const double *l2, const double *inv_n, double *coef, double *alpha, int32_t *n_iter,
+                       int32_t *status, double *fval, int32_t *n_eval, int n_threads)
+    int64_t afl_dual_scratch_bytes(int64_t t_max, int64_t D, int C, int r, int hist, int64_t nk)
+
 cdef extern from "afl_member.h" nogil:
     ctypedef struct afl_member_set:
         int64_t n, D, ldx, Dp
@@ -1348,3 +1373,78 @@ def predict_accumulate(const float[:, :] X,          # IN  (n, D) rows with a tr
                          n_threads, group, reference)
     if rc != 0:
         raise MemoryError("predict_accumulate: could not allocate scratch memory")
+
+
+DUAL_MAX_OUT = AFL_DUAL_MAX_OUT
+
+
+def dual_scratch_bytes(int64_t t_max, int64_t D, int C, int r, int hist, int64_t nk):
+    """Scratch bytes of one thread of :func:`dual_train` (models of up to ``t_max`` rows, H0 of
+    rank ``r``)."""
+    return afl_dual_scratch_bytes(t_max, D, C, r, hist, nk)
+
+
+def dual_train(const float[:, ::1] K,             # IN  (nk, nk) Gram matrix of centred features
+               const int64_t[::1] krow,           # IN  (n,) row of K of each row of X
+               const float[:, :] X,               # IN  (n, D) rows with a trailing ones column
+               const int32_t[::1] y,              # IN  (n,) label codes
+               const int64_t[::1] mptr,           # IN  (B + 1,) model j's rows: mrows[mptr[j]:mptr[j + 1]]
+               const int32_t[::1] mrows,          # IN  rows of X, increasing per model
+               double[:, ::1] coef,               # IN/OUT (B, D * C) start, then the result but X_rows' alpha
+               double[:, ::1] alpha,              # OUT (mptr[B], C) the coefficients of the rows
+               const double[::1] l2, const double[::1] inv_n,
+               int C, int loss_code, const double[::1] params, uintptr_t loss_address,
+               double gtol, double ftol, int max_iter, int hist, int max_ls,
+               int32_t[::1] n_iter, int32_t[::1] status, double[::1] fval, int32_t[::1] n_eval,
+               int n_threads,
+               const double[:, ::1] V=None,       # IN  (D - 1, r) H0's leading eigenvectors (None: H0 = I)
+               const double[:, ::1] Vt=None,      # IN  (r, D - 1) V transposed
+               const double[:, ::1] XV=None,      # IN  (nk, r) X V on the rows of K
+               const double[::1] sig=None,        # IN  (r,) their eigenvalues
+               double sig_rest=0.0, double curvature=1.0):
+    """Train the B models in the row space (``csrc/afl_dual.h``): C outputs of the reference-class
+    form, the last column of X the unpenalised intercept."""
+    cdef afl_dual_problem pb
+    cdef int rc
+    cdef int64_t B = mptr.shape[0] - 1
+    if X.shape[1] > 1 and X.strides[1] != sizeof(float):
+        raise ValueError("dual_train: X rows must be contiguous")
+    memset(&pb, 0, sizeof(pb))
+    pb.nk = K.shape[0]
+    pb.ldk = K.shape[1]
+    pb.K = &K[0, 0]
+    pb.krow = &krow[0]
+    pb.n = X.shape[0]
+    pb.D = X.shape[1]
+    pb.ldx = X.strides[0] // sizeof(float)
+    pb.X = &X[0, 0]
+    pb.y = &y[0]
+    pb.C = C
+    pb.loss_code = loss_code
+    pb.params = &params[0] if params.shape[0] else NULL
+    pb.user = <afl_user_weight_fn> loss_address
+    pb.gtol = gtol
+    pb.ftol = ftol
+    pb.start_rtol = _START_RTOL
+    pb.max_iter = max_iter
+    pb.hist = hist
+    pb.max_ls = max_ls
+    if V is not None and V.shape[1] > 0:
+        if (V.shape[0] != X.shape[1] - 1 or XV is None or Vt is None or Vt.shape[0] != V.shape[1]
+                or Vt.shape[1] != V.shape[0] or XV.shape[0] != K.shape[0] or XV.shape[1] != V.shape[1]
+                or sig is None or sig.shape[0] != V.shape[1]):
+            raise ValueError("dual_train: V, XV and sig do not match")
+        pb.r = V.shape[1]
+        pb.V = &V[0, 0]
+        pb.Vt = &Vt[0, 0]
+        pb.XV = &XV[0, 0]
+        pb.sig = &sig[0]
+        pb.sig_rest = sig_rest
+        pb.s = curvature
+    with nogil:
+        rc = afl_dual_train(&pb, B, &mptr[0], &mrows[0], &l2[0], &inv_n[0], &coef[0, 0], &alpha[0, 0],
+                            &n_iter[0], &status[0], &fval[0], &n_eval[0], n_threads)
+    if rc == -2:
+        raise ValueError(f"dual_train: at most {AFL_DUAL_MAX_OUT} outputs, got {C}")
+    if rc != 0:
+        raise MemoryError("dual_train: could not allocate scratch memory")

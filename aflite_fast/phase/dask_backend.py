@@ -59,6 +59,7 @@ from aflite_fast.io.inputs import (
 )
 from aflite_fast.io.rows import membership_matrix
 from aflite_fast.io.rowsource import FileRows, RowSource
+from aflite_fast.phase import local as local_phase
 from aflite_fast.phase import plan, scores
 from aflite_fast.phase.failures import ClusterLost
 from aflite_fast.phase.multiple_choice import candidate_rows, is_multiple_choice, tail_columns
@@ -1077,6 +1078,13 @@ def score_phase_dask(X, codes, active, center, train_pos, *, n_classes, C=1.0, l
     G, D, n_out = plan.phase_shape(X, n_classes, position_bias)
     n_free = 1 if G == 1 else D - X.shape[-1]
     Ck = plan.kernel_C(C, n_classes) if G == 1 else C
+    if G == 1 and local_phase.row_space_sizes(X.shape[0], t, D, n_out, loss, loss_params):
+        # small X whose models train in the row space: that solver runs on all of X's rows at
+        # once (the Gram matrix of every pair), so X comes here and the local engine scores
+        # the phase: its bits
+        return _score_phase_here(X, codes, active, center, train_pos, n_classes=n_classes, C=C, loss=loss,
+                                 loss_params=loss_params, options=options, max_memory=max_memory,
+                                 n_threads=n_threads, warm_coef=warm_coef, proba_sum=proba_sum, on_block=on_block)
     moved = dict.fromkeys(["phase_inputs", "precond_rows", "weights_out", "sums_back", "predict_weights",
                            "counts_back"], 0)
     t0 = time.perf_counter()
@@ -1111,6 +1119,29 @@ def score_phase_dask(X, codes, active, center, train_pos, *, n_classes, C=1.0, l
                            n_eval=info["n_eval"], bytes_moved=moved, rounds=rounds,
                            workers_lost=list(X.workers_lost[lost_before:]),
                            rounds_repeated=X.rounds_repeated - repeated_before)
+
+
+def _score_phase_here(X, codes, active, center, train_pos, *, n_threads, **solver_args):
+    """The local engine's phase on X's rows brought here (``X`` small: at most
+    :data:`aflite_fast.core.row_space.MAX_GRAM_ROWS` rows), with a workspace kept on ``X``
+    for its later phases."""
+    from aflite_fast.phase.gather import Workspace  # noqa: PLC0415 - only on this path
+
+    t0 = time.perf_counter()
+    rows = getattr(X, "_rows_here", None)
+    sent = 0
+    if rows is None:
+        pieces = X.pieces(np.arange(X.shape[0], dtype=np.int64))
+        rows = _stack(X.client.gather([f for f, _, _ in pieces]))
+        sent = int(rows.nbytes)
+        X._rows_here, X._workspace_here = rows, Workspace()
+    res = local_phase.score_phase(rows, codes, active, center, train_pos, n_threads=n_threads or os.cpu_count() or 1,
+                                  workspace=X._workspace_here, **solver_args)
+    seconds = dict(res.seconds, rows_here=time.perf_counter() - t0 - res.seconds["train"] - res.seconds["predict"])
+    return DaskPhaseScores(seen=res.seen, correct=res.correct, prob_label=res.prob_label, coef=res.coef,
+                           n_iter=res.n_iter, status=res.status, n_blocks=res.n_blocks, seconds=seconds,
+                           n_chunks=res.n_chunks, n_eval=res.n_eval,
+                           bytes_moved={"rows_here": sent, "total": sent}, rounds=0)
 
 
 def _phase_inputs(X, active, member, codes, n_classes):

@@ -47,6 +47,7 @@ class Workspace:
         #: the whole-X phase preconditioner kept for the next phase (aflite_fast.phase.local)
         self.preconditioner = KeptPreconditioner()
         self._sampled = None  # (what it was built from, active rows, preconditioner): see sampled_preconditioner
+        self._row_gram = None  # (X, center, RowGram) of small models' phases: see row_gram
 
     def rows(self, n_rows, n_columns, n_threads=1):
         """An (n_rows, n_columns) row array in the workspace's buffer (grown if too small);
@@ -114,6 +115,21 @@ class Workspace:
         X, center, rest = key
         self._sampled = ((X, np.array(center, copy=True), rest), np.array(active, copy=True), precond)
         return precond
+
+    def row_gram(self, X, rows, center, build):
+        """The :class:`~aflite_fast.core.row_space.RowGram` holding ``rows`` (sorted rows of X
+        centred by ``center``): the one built last if it holds them (a run's active rows only
+        shrink), else ``build()``, kept in its place.  Its entries do not depend on which rows
+        it was built for, so neither does any result."""
+        kept = self._row_gram
+        if kept is not None:
+            kX, kcenter, gram = kept
+            if kX is X and np.array_equal(kcenter, center) and gram.lookup(rows) is not None:
+                return gram
+        self._row_gram = None  # let the old one go before the new one is built
+        gram = build()
+        self._row_gram = (X, np.array(center, copy=True), gram)
+        return gram
 
     def _subset_of_held(self, X, rows, center, key):
         """Positions of ``rows`` among the held rows, or None if they are not all held."""

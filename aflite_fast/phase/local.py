@@ -12,6 +12,11 @@ how partitions are blocked), :func:`score_phase`
    together, accumulating per row: held-out predictions seen, correct, and the summed
    probability of the label.
 
+Small X whose models train on fewer rows than columns (a few thousand rows of embeddings of a
+thousand dimensions) trains every partition in one call of the row-space solver
+(:mod:`aflite_fast.core.row_space`) from the Gram matrix of X's rows, which the workspace keeps
+from phase to phase (:func:`row_space_sizes` decides from the sizes).
+
 Multiple-choice X (N, K, d) takes the same path: a row of the phase is an item, gathered as
 its K candidate rows (:mod:`aflite_fast.phase.multiple_choice`), trained and predicted by the same
 kernel calls with ``group=K`` (one score per candidate, the softmax over an item's K scores).
@@ -29,11 +34,13 @@ stays within ``max_memory`` plus a constant (interpreter, libraries, thread stac
 buffers); docs/out_of_core.md has the measurements.
 """
 import time
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
 
-from aflite_fast.core import layout, prediction, solver
+from aflite_fast.core import layout, prediction, row_space, solver
+from aflite_fast.core.losses import _LOSS_FORWARD, resolve_loss
 from aflite_fast.core.preconditioning import (
     phase_preconditioner,
     phase_preconditioner_form,
@@ -105,6 +112,7 @@ class _PhasePlan:
     budget left after the per-row arrays, the blocks of partitions."""
 
     n_active: int
+    n_rows_x: int  # rows of X
     n_models: int
     G: int  # rows of an item (1, or K candidates)
     D: int  # kernel columns (features + intercept, + position biases)
@@ -135,8 +143,8 @@ class _PhasePlan:
         budget -= overhead
         member = membership_matrix(train_pos, n_active, np.empty((n_active, m), dtype=np.uint8))
         blocks = plan_blocks(member, budget, D - 1, n_out, options.history, overhead, n_threads, G)
-        return cls(n_active, m, G, D, n_out, n_free, options, n_threads, position_bias, budget, gather_bytes,
-                   member, blocks)
+        return cls(n_active, X.shape[0], m, G, D, n_out, n_free, options, n_threads, position_bias, budget,
+                   gather_bytes, member, blocks)
 
 
 @dataclass
@@ -163,6 +171,8 @@ def _train(plan, X, codes, active, center, train_pos, *, C, loss, loss_params, w
     status = np.zeros(m, dtype=np.int32)
     n_eval = np.zeros(m, dtype=np.int32)
     Ck = kernel_C(C, n_classes) if G == 1 else C
+    if _in_row_space(plan, train_pos, loss, loss_params):
+        return _train_row_space(plan, X, codes, active, center, coef, Ck, loss, loss_params, on_block, workspace)
     # each model's sums over groups of X's rows (items of multiple-choice X: a group is whole
     # items) are added by a fixed tree (layout.reduction_layout), so that processes holding
     # whole groups give the same bits (aflite_fast.phase.dask_backend)
@@ -252,6 +262,70 @@ def _train(plan, X, codes, active, center, train_pos, *, C, loss, loss_params, w
         if on_block is not None:
             on_block()
     trained.read_seconds = read_seconds
+    return trained
+
+
+def row_space_sizes(n_rows_x, train_size, n_columns, n_classes, loss="ce", loss_params=None):
+    """Whether a phase of classifiers on X of ``n_rows_x`` rows (``train_size`` rows a model,
+    ``n_columns`` kernel columns) trains in the row space (:mod:`aflite_fast.core.row_space`),
+    from the sizes and the loss alone (the forward-corrected loss stays in the feature space)."""
+    if not row_space.row_space_worthwhile(train_size, n_columns, n_rows_x, n_classes):
+        return False
+    return resolve_loss(loss, loss_params, n_classes).code != _LOSS_FORWARD
+
+
+def _in_row_space(plan, train_pos, loss, loss_params):
+    """Whether the phase trains in the row space: :func:`row_space_sizes`, then kept only if the
+    budget holds the Gram matrix and all active rows (else the feature-space solver, with a
+    warning: its path, so its bits, differ)."""
+    if plan.G != 1 or not row_space_sizes(plan.n_rows_x, train_pos.shape[1], plan.D, plan.n_out, loss, loss_params):
+        return False
+    need = (row_space.row_space_bytes(plan.n_rows_x, train_pos.shape[1], plan.D, plan.n_out, plan.options.history,
+                                      plan.n_threads)
+            + layout.row_buffer_size(plan.n_active, plan.D) * 4
+            + plan.n_models * plan.D * plan.n_out * 8 * 2)
+    if need > plan.budget:
+        warnings.warn(f"max_memory leaves {plan.budget / 1e6:.0f} MB for training, less than the "
+                      f"{need / 1e6:.0f} MB of the row-space solver of {plan.n_active} rows; training in the feature "
+                      "space instead (the same optimum by another path: results differ within the solver's "
+                      "tolerance)", RuntimeWarning, stacklevel=4)
+        return False
+    return True
+
+
+def _train_row_space(plan, X, codes, active, center, coef, Ck, loss, loss_params, on_block, workspace):
+    """Every partition in one call of the row-space solver, from the Gram matrix of the active
+    rows (kept by the workspace from phase to phase)."""
+    n_threads, D, n_active = plan.n_threads, plan.D, plan.n_active
+    r0 = time.perf_counter()
+    if workspace is not None:
+        Xa = workspace.gather(X, active, center, plan.gather_bytes, plan.position_bias, n_threads)
+    else:
+        Xa = gather_new(X, active, center, plan.gather_bytes, plan.position_bias, n_threads)
+    read_seconds = time.perf_counter() - r0
+    p0 = time.perf_counter()
+
+    # the Gram matrix and H0 of all of X's rows: functions of X alone (so of no phase's rows),
+    # kept by the workspace for every later phase
+    every = np.arange(X.shape[0], dtype=np.int64)
+
+    def build():
+        features = Xa[:, :D - 1] if n_active == X.shape[0] else gather_new(X, every, center, plan.gather_bytes,
+                                                                              False, n_threads)[:, :D - 1]
+        gram = row_space.RowGram(every, features, n_threads)
+        gram.preconditioner(features, n_threads=n_threads)
+        return gram
+
+    gram = build() if workspace is None else workspace.row_gram(X, every, center, build)
+    gram_seconds = time.perf_counter() - p0
+    coef, info = row_space.train_models_row_space(
+        Xa, codes[active], plan.member, plan.n_out, gram, gram.lookup(active), C=Ck, loss=loss,
+        loss_params=loss_params, coef=coef, options=plan.options, n_threads=n_threads,
+        precond=gram.preconditioner(None) if plan.options.precondition else None)
+    trained = _Trained(coef, info["n_iter"], info["status"], info["n_eval"], read_seconds, gram_seconds)
+    trained.rows_in_memory, trained.positions_in_memory = Xa, np.arange(n_active, dtype=np.int64)
+    if on_block is not None:
+        on_block()
     return trained
 
 

@@ -1,0 +1,230 @@
+"""Training in the row space: models on fewer rows than columns, from the rows' Gram matrix.
+
+A model trained on t rows of D columns (t < D: a few hundred rows of a thousand-dimensional
+embedding) keeps every L-BFGS vector of its run in the span of its training rows, its
+start's weights and the intercept (``csrc/afl_dual.h``, A), so the solver can hold each
+vector as t + C + 1 coefficients and take its inner products, logits and L2 term from the
+Gram matrix K of the rows' centred features: one product with a t x t block of K per step,
+instead of two member passes of t x D and the preconditioner's D x D product.  The iterates
+are those of the feature-space solver with H0 the identity, with its stopping rules
+(:class:`~aflite_fast.core.solver.SolverOptions`), so the optimum is the same; the path and
+the number of steps are those of the unpreconditioned solver.
+
+:class:`RowGram` computes K once for a set of rows and serves every later subset of them (a
+run's active rows shrink phase by phase): an entry of K is the same FMA chain whichever rows
+are in the call (``_kernel.gram``), so K's entries, and the models, do not depend on which
+phase computed it.
+"""
+import numpy as np
+
+from aflite_fast.core.compiled import _kernel
+from aflite_fast.core.layout import COL_BLOCK, block_bounds
+from aflite_fast.core.losses import _LOSS_FORWARD, resolve_loss
+from aflite_fast.core.reference_class import from_reference, to_reference
+from aflite_fast.runtime.threads import limit_blas_threads, limit_threads
+
+#: Largest number of rows whose Gram matrix :class:`RowGram` holds (float32, rows^2 x 4 bytes:
+#: 256 MB at 8,192 rows).
+MAX_GRAM_ROWS = 8192
+
+#: Rank of the row-space solver's H0: the rows' second moment's leading eigenvectors.  On
+#: skewed embeddings (1,580 x 1,024) rank 32 took as few evaluations as the dense D x D
+#: preconditioner (6.7-7.3 a warm-started model against 6.2-9.8; rank 8: 10.6-11.9; none:
+#: 17-23), for t r a product instead of D^2.
+PRECOND_RANK = 32
+
+#: Rows summed in float32 before their sum joins the double weights (X_rows' alpha).
+_GEMM_ROW_BLOCK = 256
+
+
+def _padded_width(Xa):
+    return Xa.strides[0] // Xa.itemsize
+
+
+def _padded_view(Xa):
+    """``Xa`` with its row padding (the kernel's rows: a view of a wider buffer), C-contiguous."""
+    width = _padded_width(Xa)
+    if width == Xa.shape[1]:
+        return np.ascontiguousarray(Xa)
+    return np.lib.stride_tricks.as_strided(Xa, shape=(Xa.shape[0], width), strides=Xa.strides, writeable=False)
+
+
+#: Extra columns and rounds of the subspace iteration that finds them.
+_OVERSAMPLE = 16
+_POWER_ROUNDS = 4
+
+
+def row_space_worthwhile(t_max, n_columns, n_rows, n_classes, group=1):
+    """Whether models of up to ``t_max`` training rows of ``n_columns`` columns (features and
+    the ones column), drawn from ``n_rows`` rows, train in the row space: classifiers
+    (``group`` 1, 2 to 64 classes) on fewer rows than columns, from at most
+    :data:`MAX_GRAM_ROWS` rows.  A function of the sizes alone."""
+    return (group == 1 and 2 <= n_classes <= _kernel.DUAL_MAX_OUT + 1 and 0 < t_max < n_columns
+            and n_rows <= MAX_GRAM_ROWS)
+
+
+def row_space_bytes(n_rows, t_max, n_columns, n_classes, history, n_threads=1):
+    """Peak bytes of a row-space phase on ``n_rows`` rows beyond the rows themselves: the Gram
+    matrix (float32, and its double while it is built) and every thread's scratch."""
+    n_out = max(1, n_classes - 1)
+    r = PRECOND_RANK
+    return (int(n_rows) ** 2 * (4 + 8)
+            + int(n_threads) * int(_kernel.dual_scratch_bytes(t_max, n_columns, n_out, r, history, n_rows))
+            + int(n_rows) * (8 + (r + _OVERSAMPLE) * 8 * 3) + int(n_rows) * int(n_columns) * 8
+            + int(n_columns) * r * 8)
+
+
+class RowGram:
+    """The Gram matrix K (float32) of the centred features of some rows of X, kept while the
+    rows asked for are among them.
+
+    ``rows`` are row indices of X (sorted); :meth:`lookup` gives the rows of K of a sorted
+    subset of them, or None when one is missing.
+    """
+
+    def __init__(self, rows, features, n_threads=1):
+        rows = np.asarray(rows, dtype=np.int64)
+        n, d = features.shape
+        Ft = np.ascontiguousarray(features.T)
+        G = np.zeros((n, n), dtype=np.float64)
+        with limit_blas_threads():
+            _kernel.gram(Ft, G, block_bounds(d, COL_BLOCK), False, n_threads)
+        self.K = G.astype(np.float32)
+        self.rows = rows
+        del G, Ft
+
+        self._features = None
+        self._precond = None
+
+    @property
+    def nbytes(self):
+        return self.K.nbytes + self.rows.nbytes
+
+    def preconditioner(self, features, rank=PRECOND_RANK, n_threads=1):
+        """H0's terms (V, XV, sig, sig_rest; see ``csrc/afl_dual.h``) from the second moment of
+        the rows K is of, ``features`` their centred features (the rows of K in order):
+        its ``rank`` leading eigenvectors V (orthonormal, D - 1 x rank), X V on the rows, their
+        eigenvalues and the next one.  Found by subspace iteration on K from a fixed start,
+        then a Rayleigh-Ritz step in the feature space, on one BLAS thread: a function of
+        these rows alone.  Computed once and kept."""
+        if self._precond is not None:
+            return self._precond
+        if features is None:
+            raise ValueError("RowGram.preconditioner: not computed yet, and no features given")
+        n, F = features.shape
+        r = int(min(rank, n - 1, F))
+        if r <= 0:
+            self._precond = (None, None, None, 0.0)
+            return self._precond
+        width = min(n, r + _OVERSAMPLE)
+        kb = block_bounds(n, COL_BLOCK)
+        KQ = np.empty((n, width), dtype=np.float64)
+        with limit_threads(None):
+            Q = np.random.default_rng(0).standard_normal((n, width))
+            for _ in range(_POWER_ROUNDS):
+                Q, _r = np.linalg.qr(Q)
+                _kernel.sgemm(False, self.K, np.ascontiguousarray(Q, dtype=np.float32), KQ, kb, False, n_threads)
+                Q = KQ.copy()
+            Q, _r = np.linalg.qr(Q)
+            _kernel.sgemm(False, self.K, np.ascontiguousarray(Q, dtype=np.float32), KQ, kb, False, n_threads)
+            ritz, U = np.linalg.eigh(Q.T @ KQ)
+            order = np.argsort(ritz)[::-1]
+            ritz, U = ritz[order] / n, U[:, order]
+            X64 = np.asarray(features, dtype=np.float64)
+            V, _r = np.linalg.qr(X64.T @ (Q @ U[:, :r]))
+            XV = X64 @ V
+            sig, W = np.linalg.eigh(XV.T @ XV / n)
+            order = np.argsort(sig)[::-1]
+            sig, W = sig[order], W[:, order]
+            V = np.ascontiguousarray(V @ W)
+            XV = np.ascontiguousarray(X64 @ V)
+        sig_rest = float(max(ritz[r], 0.0)) if r < ritz.size else 0.0
+        self._precond = (V, XV, np.ascontiguousarray(np.maximum(sig, 0.0)), sig_rest)
+        return self._precond
+
+    def lookup(self, rows):
+        """Rows of K (int64) of the sorted row indices ``rows``, or None if one is not held."""
+        rows = np.asarray(rows, dtype=np.int64)
+        at = np.searchsorted(self.rows, rows)
+        if at.size and (at[-1] >= self.rows.size or np.any(self.rows[np.minimum(at, self.rows.size - 1)] != rows)):
+            return None
+        return at
+
+
+def train_models_row_space(Xa, y, member, n_classes, gram, krow, *, C=1.0, loss="ce", loss_params=None,
+                           coef=None, options=None, n_threads=1, precond=None):
+    """:func:`~aflite_fast.core.solver.train_models` (classifiers, ``group`` 1, one unpenalised
+    ones column) in the row space.
+
+    Parameters
+    ----------
+    Xa, y, member, n_classes, C, loss, loss_params, coef, options, n_threads :
+        as in :func:`~aflite_fast.core.solver.train_models`
+    gram : RowGram
+        Holds the Gram matrix of the rows of ``Xa`` (their centred features).
+    krow : ndarray of shape (n,), int64
+        Row of ``gram.K`` of each row of ``Xa``.
+    precond : tuple, optional
+        H0's terms from :meth:`RowGram.preconditioner`; None (or ``options.precondition``
+        False): the identity.
+
+    Returns
+    -------
+    coef, info : as :func:`~aflite_fast.core.solver.train_models` returns them (the same
+        optimum; the path of the solver without preconditioner)
+    """
+    from aflite_fast.core.solver import SolverOptions
+
+    options = options or SolverOptions()
+    n, D = Xa.shape
+    B = member.shape[1]
+    spec = resolve_loss(loss, loss_params, n_classes)
+    if spec.code == _LOSS_FORWARD:
+        raise ValueError("the row-space solver does not take the forward-corrected loss")
+    if coef is None:
+        coef = np.zeros((B, D, n_classes), dtype=np.float64)
+    if coef.shape != (B, D, n_classes) or coef.dtype != np.float64 or not coef.flags.c_contiguous:
+        raise ValueError(f"coef must be a C-contiguous float64 array of shape {(B, D, n_classes)}")
+    counts = member.sum(axis=0, dtype=np.int64)
+    if np.any(counts == 0):
+        raise ValueError("every model needs at least one training row")
+    if getattr(spec, "warmup", None) is not None:
+        cold = ~coef.reshape(B, -1).any(axis=1)
+        if cold.any():
+            start, _ = train_models_row_space(Xa, y, np.ascontiguousarray(member[:, cold]), n_classes, gram, krow,
+                                              C=C, loss=spec.warmup, coef=np.ascontiguousarray(coef[cold]),
+                                              options=options, n_threads=n_threads, precond=precond)
+            coef[cold] = start
+    mptr = np.zeros(B + 1, dtype=np.int64)
+    np.cumsum(counts, out=mptr[1:])
+    mrows = np.nonzero(np.ascontiguousarray(member.T))[1].astype(np.int32)
+    l2 = 1.0 / (float(C) * counts)
+    inv_n = 1.0 / counts.astype(np.float64)
+    n_out = n_classes - 1
+    work = np.ascontiguousarray(to_reference(coef)).reshape(B, D * n_out)
+    n_iter = np.zeros(B, dtype=np.int32)
+    status = np.zeros(B, dtype=np.int32)
+    fval = np.zeros(B, dtype=np.float64)
+    n_eval = np.zeros(B, dtype=np.int32)
+    pre = {}
+    if precond is not None and options.precondition and precond[0] is not None:
+        V, XV, sig, sig_rest = precond
+        pre = dict(V=V, Vt=np.ascontiguousarray(V.T), XV=XV, sig=sig, sig_rest=sig_rest, curvature=1.0 / n_classes)
+    alpha = np.empty((mrows.size, n_out), dtype=np.float64)
+    _kernel.dual_train(gram.K, np.ascontiguousarray(krow, dtype=np.int64), Xa, np.ascontiguousarray(y, np.int32),
+                       mptr, mrows, work, alpha, l2, inv_n, n_out, spec.code, spec.params, spec.address,
+                       options.tol, options.ftol, options.max_iter, options.history, options.max_line_search,
+                       n_iter, status, fval, n_eval, n_threads, **pre)
+    # every model's X_rows' alpha at once: the rows' coefficients scattered into an n x B C matrix,
+    # one deterministic GEMM (float32 products, double sums per block of rows)
+    A = np.zeros((n, B * n_out), dtype=np.float32)
+    model = np.repeat(np.arange(B, dtype=np.int64), counts)
+    for k in range(n_out):
+        A[mrows, model * n_out + k] = alpha[:, k]
+    XW = np.zeros((_padded_width(Xa), B * n_out), dtype=np.float64)
+    with limit_blas_threads():
+        _kernel.sgemm(True, _padded_view(Xa), A, XW, block_bounds(n, _GEMM_ROW_BLOCK), False, n_threads)
+    work = work.reshape(B, D, n_out)
+    work[:, :D - 1, :] += XW[:D - 1].reshape(D - 1, B, n_out).transpose(1, 0, 2)
+    from_reference(work, out=coef)
+    return coef, {"n_iter": n_iter, "status": status, "objective": fval, "n_eval": n_eval}

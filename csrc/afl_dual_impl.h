@@ -1,0 +1,121 @@
+/* The inner loops of afl_dual.c, compiled once per instruction set (AFL_SFX, AFL_VL lanes of
+ * floats): included by afl_dual.c under each target.  The order of every sum is fixed by the
+ * code (AFL_VL lane accumulators, reduced in lane order), so a model's bits do not depend on
+ * the thread that trains it. */
+#define AFL_CAT2(a, b) a##b
+#define AFL_CAT(a, b) AFL_CAT2(a, b)
+
+/* out[a * ld + b] = K[krows[a] * ldk + kcols[b]] for a < n_rows, b < t (zero in the pad up to
+ * ld); kcols increasing.  With AVX-512 each row of K is read in 16-column chunks and the
+ * chunk's columns of kcols kept by a compress under the mask cmask (bit j of chunk q: column
+ * 16 q + j is in kcols; nchunk chunks). */
+static void AFL_CAT(dual_gather, AFL_SFX)(int64_t n_rows, const int64_t *krows, int64_t t, int64_t ld,
+                                           const float *K, int64_t ldk, const int64_t *kcols,
+                                           const uint16_t *cmask, int64_t nchunk, float *out0)
+{
+    for (int64_t a = 0; a < n_rows; a++) {
+        const float *row = K + krows[a] * ldk;
+        float *out = out0 + a * ld;
+#if AFL_DUAL_ISA == 2
+        int64_t pos = 0;
+        const int64_t q0 = kcols[0] / 16, q1 = kcols[t - 1] / 16;
+        for (int64_t q = q0; q <= q1 && q < nchunk; q++) {
+            const __mmask16 mk = (__mmask16)cmask[q];
+            if (!mk) continue;
+            __m512 v = q * 16 + 16 <= ldk ? _mm512_loadu_ps(row + q * 16)
+                                          : _mm512_maskz_loadu_ps(mk, row + q * 16);
+            const int cnt = __builtin_popcount((unsigned)mk);
+            /* a masked store: never past the row's last column (rows may be written by
+             * other threads) */
+            _mm512_mask_storeu_ps(out + pos, (__mmask16)((1u << cnt) - 1u), _mm512_maskz_compress_ps(mk, v));
+            pos += cnt;
+        }
+#else
+        (void)cmask;
+        (void)nchunk;
+        for (int64_t b = 0; b < t; b++) out[b] = row[kcols[b]];
+#endif
+        for (int64_t b = t; b < ld; b++) out[b] = 0.0f;
+    }
+}
+
+/* out[a] = sum_b Kss[a * ld + b] v[b] (v zero in the pad up to ld, a multiple of 16): float
+ * products summed in 16 lanes (two rows at a time), the lanes added in double in order. */
+static void AFL_CAT(dual_matvec, AFL_SFX)(int64_t t, int64_t ld, const float *Kss, const float *v,
+                                           double *out)
+{
+    int64_t a = 0;
+    for (; a < t; a += 2) {
+        const float *r0 = Kss + a * ld;
+        const float *r1 = a + 1 < t ? r0 + ld : r0;
+        float l0[16], l1[16];
+#if AFL_DUAL_ISA == 2
+        __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+        for (int64_t b = 0; b < ld; b += 16) {
+            __m512 x = _mm512_loadu_ps(v + b);
+            s0 = _mm512_fmadd_ps(_mm512_loadu_ps(r0 + b), x, s0);
+            s1 = _mm512_fmadd_ps(_mm512_loadu_ps(r1 + b), x, s1);
+        }
+        _mm512_storeu_ps(l0, s0);
+        _mm512_storeu_ps(l1, s1);
+#elif AFL_DUAL_ISA == 1
+        __m256 s0a = _mm256_setzero_ps(), s0b = _mm256_setzero_ps();
+        __m256 s1a = _mm256_setzero_ps(), s1b = _mm256_setzero_ps();
+        for (int64_t b = 0; b < ld; b += 16) {
+            __m256 xa = _mm256_loadu_ps(v + b), xb = _mm256_loadu_ps(v + b + 8);
+            s0a = _mm256_fmadd_ps(_mm256_loadu_ps(r0 + b), xa, s0a);
+            s0b = _mm256_fmadd_ps(_mm256_loadu_ps(r0 + b + 8), xb, s0b);
+            s1a = _mm256_fmadd_ps(_mm256_loadu_ps(r1 + b), xa, s1a);
+            s1b = _mm256_fmadd_ps(_mm256_loadu_ps(r1 + b + 8), xb, s1b);
+        }
+        _mm256_storeu_ps(l0, s0a); _mm256_storeu_ps(l0 + 8, s0b);
+        _mm256_storeu_ps(l1, s1a); _mm256_storeu_ps(l1 + 8, s1b);
+#else
+        for (int l = 0; l < 16; l++) { l0[l] = 0.0f; l1[l] = 0.0f; }
+        for (int64_t b = 0; b < ld; b += 16)
+            for (int l = 0; l < 16; l++) {
+                l0[l] += r0[b + l] * v[b + l];
+                l1[l] += r1[b + l] * v[b + l];
+            }
+#endif
+        double d0 = 0.0, d1 = 0.0;
+        for (int l = 0; l < 16; l++) { d0 += l0[l]; d1 += l1[l]; }
+        out[a] = d0;
+        if (a + 1 < t) out[a + 1] = d1;
+    }
+}
+
+/* acc[f] += a * x[f] for f < n (double sums of float features, in row order). */
+static void AFL_CAT(dual_axpy, AFL_SFX)(int64_t n, double a, const float *x, double *acc)
+{
+    for (int64_t f = 0; f < n; f++) acc[f] += a * (double)x[f];
+}
+
+/* sum_f x[f] u[f] for f < n, in double. */
+static double AFL_CAT(dual_dot, AFL_SFX)(int64_t n, const float *x, const double *u)
+{
+    double s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t f = 0;
+    for (; f + 8 <= n; f += 8)
+        for (int l = 0; l < 8; l++) s[l] += (double)x[f + l] * u[f + l];
+    double r = 0.0;
+    for (; f < n; f++) r += (double)x[f] * u[f];
+    for (int l = 0; l < 8; l++) r += s[l];
+    return r;
+}
+
+/* sum_i a[i] b[i] over n doubles, in 8 lanes (fixed order). */
+static double AFL_CAT(dual_ddot, AFL_SFX)(int64_t n, const double *a, const double *b)
+{
+    double s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) s[l] += a[i + l] * b[i + l];
+    double r = 0.0;
+    for (; i < n; i++) r += a[i] * b[i];
+    for (int l = 0; l < 8; l++) r += s[l];
+    return r;
+}
+
+#undef AFL_CAT
+#undef AFL_CAT2
