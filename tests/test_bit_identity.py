@@ -9,7 +9,8 @@ in ``tests/data/bit_identity.json``, one test case per run, and a failure names 
 every output that changed.  A change of the code that keeps every result bit for bit passes;
 one that changes any bit of any output fails.
 
-Runs: dense ``aflite`` (with the chance check), with ``groups=``, with the permutation null
+Runs: dense ``aflite`` (with the chance check), with ``groups=``, with fewer training rows than
+columns (the row-space solver), with the permutation null
 and ``stop="null"``, with ``eval_rows=``; ``predictability`` and ``RobustLogisticRegression``
 with every loss of ``LOSS_NAMES`` (default loss parameters; ``forward`` needs its T) and with a
 user loss; multiple-choice X; a run stopped after two phases with ``checkpoint=`` and resumed;
@@ -32,8 +33,9 @@ Where the stored hashes hold
     ``x86_64-generic`` (``--write`` computes each, forcing it with ``AFLITE_FAST_ISA``), and a
     test compares with those of the instruction set the kernel uses here (:func:`kernel_isa`),
     or skips naming it when none are stored.
-    The one BLAS/LAPACK call on these paths is the preconditioner's inverse
-    (``numpy.linalg.inv``, float64, rounded to float32 before use).  Its float64 result differs
+    The BLAS/LAPACK calls on these paths are the preconditioner's inverse
+    (``numpy.linalg.inv``, float64, rounded to float32 before use) and the row-space solver's
+    eigenvectors (``numpy.linalg.qr``/``eigh`` and float64 products, one thread).  Its float64 result differs
     between OpenBLAS kernels (``OPENBLAS_CORETYPE``), but no stored hash changed with
     ``OPENBLAS_CORETYPE=Haswell``, ``SkylakeX``, ``Sandybridge`` or ``Prescott``: the float32
     rounding absorbed the difference on these problems.  numpy's own dispatched kernels
@@ -412,6 +414,16 @@ def run_dask(ctx):
     return _result(res)
 
 
+def run_aflite_row_space(ctx):
+    """Fewer training rows than columns (t = 200 down to 125 < d + 1 = 301): the row-space
+    solver, whole pairs as groups."""
+    from aflite_fast import aflite
+
+    X, y = make_problem(60, 400, 300, 2)
+    return _result(aflite(X, y, groups=np.arange(400) // 2, random_state=61, n_jobs=ctx["n_jobs"],
+                          chance_check=False, **dict(AFLITE, target_size=250, slice_size=25, tau=0.0)))
+
+
 def _runs():
     from aflite_fast import LOSS_NAMES
 
@@ -421,6 +433,7 @@ def _runs():
         "aflite_null_stop": run_aflite_null,
         "aflite_eval_rows": run_aflite_eval_rows,
         "aflite_float64_sce_random_ties": run_aflite_float64_sce,
+        "aflite_row_space": run_aflite_row_space,
         "multiple_choice": run_multiple_choice,
         "multiple_choice_position_bias": run_multiple_choice_position_bias,
         "checkpoint_resume": run_checkpoint_resume,

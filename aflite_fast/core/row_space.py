@@ -23,9 +23,11 @@ from aflite_fast.core.losses import _LOSS_FORWARD, resolve_loss
 from aflite_fast.core.reference_class import from_reference, to_reference
 from aflite_fast.runtime.threads import limit_blas_threads, limit_threads
 
-#: Largest number of rows whose Gram matrix :class:`RowGram` holds (float32, rows^2 x 4 bytes:
-#: 256 MB at 8,192 rows).
-MAX_GRAM_ROWS = 8192
+#: Largest X (rows) whose phases train in the row space: its Gram matrix (float32, 16 MB) and
+#: eigenvectors are computed once a run from all of its rows (a function of X alone), at the
+#: cost of a few phases.  On 5,000 x 768, whose last phases have fewer training rows than
+#: columns, those costs (0.4-0.5 s) took what the row space saved there (measured).
+MAX_GRAM_ROWS = 2048
 
 #: Rank of the row-space solver's H0: the rows' second moment's leading eigenvectors.  On
 #: skewed embeddings (1,580 x 1,024) rank 32 took as few evaluations as the dense D x D
