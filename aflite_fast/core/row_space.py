@@ -175,7 +175,7 @@ def train_models_row_space(Xa, y, member, n_classes, gram, krow, *, C=1.0, loss=
     coef, info : as :func:`~aflite_fast.core.solver.train_models` returns them (the same
         optimum; the path of the solver without preconditioner)
     """
-    from aflite_fast.core.solver import SolverOptions
+    from aflite_fast.core.solver import SolverOptions, starting_point
 
     options = options or SolverOptions()
     n, D = Xa.shape
@@ -183,10 +183,7 @@ def train_models_row_space(Xa, y, member, n_classes, gram, krow, *, C=1.0, loss=
     spec = resolve_loss(loss, loss_params, n_classes)
     if spec.code == _LOSS_FORWARD:
         raise ValueError("the row-space solver does not take the forward-corrected loss")
-    if coef is None:
-        coef = np.zeros((B, D, n_classes), dtype=np.float64)
-    if coef.shape != (B, D, n_classes) or coef.dtype != np.float64 or not coef.flags.c_contiguous:
-        raise ValueError(f"coef must be a C-contiguous float64 array of shape {(B, D, n_classes)}")
+    coef = starting_point(coef, B, D, n_classes)
     counts = member.sum(axis=0, dtype=np.int64)
     if np.any(counts == 0):
         raise ValueError("every model needs at least one training row")

@@ -101,6 +101,17 @@ class SolverOptions:
             raise ValueError(f"precondition must be True or False, got {self.precondition!r}")
 
 
+def starting_point(coef, n_models, n_columns, n_classes):
+    """``coef`` checked as a starting point of ``n_models`` models (C-contiguous float64, shape
+    (n_models, n_columns, n_classes)), or zeros when None."""
+    shape = (n_models, n_columns, n_classes)
+    if coef is None:
+        return np.zeros(shape, dtype=np.float64)
+    if coef.shape != shape or coef.dtype != np.float64 or not coef.flags.c_contiguous:
+        raise ValueError(f"coef must be a C-contiguous float64 array of shape {shape}")
+    return coef
+
+
 def train_models(Xa, y, member, n_classes, *, C=1.0, loss="ce", loss_params=None, coef=None,
                  positions=None, precond=None, options=None, n_threads=1, group=1, n_free=1, leaves=None):
     """Train ``member.shape[1]`` models on subsets of the rows ``Xa``.
@@ -171,10 +182,7 @@ def train_models(Xa, y, member, n_classes, *, C=1.0, loss="ce", loss_params=None
     spec = resolve_loss(loss, loss_params, group if group > 1 else n_classes)
     if group > 1 and spec.code == _LOSS_FORWARD:
         raise ValueError(MC_FORWARD_MESSAGE)
-    if coef is None:
-        coef = np.zeros((B, D, n_classes), dtype=np.float64)
-    if coef.shape != (B, D, n_classes) or coef.dtype != np.float64 or not coef.flags.c_contiguous:
-        raise ValueError(f"coef must be a C-contiguous float64 array of shape {(B, D, n_classes)}")
+    coef = starting_point(coef, B, D, n_classes)
     n_rows = member.sum(axis=0, dtype=np.int64)
     if np.any(n_rows == 0):
         raise ValueError("every model needs at least one training row")
@@ -285,10 +293,7 @@ def train_models_with(evaluate, n_rows, n_columns, n_classes, *, C=1.0, loss="ce
     n_rows = np.asarray(n_rows, dtype=np.int64)
     B = n_rows.size
     spec = resolve_loss(loss, loss_params, n_classes)
-    if coef is None:
-        coef = np.zeros((B, D, n_classes), dtype=np.float64)
-    if coef.shape != (B, D, n_classes) or coef.dtype != np.float64 or not coef.flags.c_contiguous:
-        raise ValueError(f"coef must be a C-contiguous float64 array of shape {(B, D, n_classes)}")
+    coef = starting_point(coef, B, D, n_classes)
     if np.any(n_rows == 0):
         raise ValueError("every model needs at least one training row")
     if not options.precondition or precond is None:
