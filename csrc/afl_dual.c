@@ -49,6 +49,9 @@ typedef struct {
     void (*axpy)(int64_t, double, const float *, double *);
     double (*dot)(int64_t, const float *, const double *);
     double (*ddot)(int64_t, const double *, const double *);
+    void (*gather_sym)(int64_t, int64_t, const float *, int64_t, const int64_t *, const uint16_t *,
+                       const int64_t *, float *, float *, float *);
+    void (*matvec_sym)(int64_t, int64_t, const float *, const float *, const float *, float *, double *, double *);
 } afl_dual_impl;
 
 static afl_dual_impl afl_dual_pick(void)
@@ -56,11 +59,11 @@ static afl_dual_impl afl_dual_pick(void)
 #ifdef AFL_X86_CLONES
     const char *isa = afl_gemm_isa();
     if (strcmp(isa, "avx512") == 0)
-        return (afl_dual_impl){dual_gather_avx512, dual_matvec_avx512, dual_axpy_avx512, dual_dot_avx512, dual_ddot_avx512};
+        return (afl_dual_impl){dual_gather_avx512, dual_matvec_avx512, dual_axpy_avx512, dual_dot_avx512, dual_ddot_avx512, dual_gather_sym_avx512, dual_matvec_sym_avx512};
     if (strcmp(isa, "avx2") == 0)
-        return (afl_dual_impl){dual_gather_avx2, dual_matvec_avx2, dual_axpy_avx2, dual_dot_avx2, dual_ddot_avx2};
+        return (afl_dual_impl){dual_gather_avx2, dual_matvec_avx2, dual_axpy_avx2, dual_dot_avx2, dual_ddot_avx2, dual_gather_sym_avx2, dual_matvec_sym_avx2};
 #endif
-    return (afl_dual_impl){dual_gather_generic, dual_matvec_generic, dual_axpy_generic, dual_dot_generic, dual_ddot_generic};
+    return (afl_dual_impl){dual_gather_generic, dual_matvec_generic, dual_axpy_generic, dual_dot_generic, dual_ddot_generic, dual_gather_sym_generic, dual_matvec_sym_generic};
 }
 
 /* status codes: those of the feature-space solver (_kernel.pyx) */
@@ -78,6 +81,9 @@ typedef struct {
     double *XU, *XVs, *VU, *UU, *acc, *st, *sg;
     int64_t *kcol;
     uint16_t *cmask;                            /* nk / 16 + 1 chunks of K's columns */
+    int64_t *cum;                               /* members of the chunks before each chunk */
+    float *rowbuf, *diag, *accf;                /* the symmetric block's gather and product */
+    double *outx;
     double *Xw;                                 /* watched features of the rows: t x DUAL_WATCH */
     void *block;
 } dual_scratch;
@@ -94,6 +100,7 @@ static int64_t dual_scratch_layout(int64_t t_max, int64_t D, int C, int r, int h
         hist * P * 8, hist * P * 8, hist * P * 8, hist * P * 8, hist * 8, hist * 8,
         t_max * C * 8, t_max * (r + 1) * 8, (r + 1) * C * 8, C * C * 8, 2 * D * C * 8, m * 8, m * 8,
         t_max * 8, (nk / 16 + 1) * 2, t_max * DUAL_WATCH * 8,
+        (nk / 16 + 2) * 8, (ld + 16) * 4, ld * 4, ld * 4, ld * 8,
     };
     int64_t total = 0;
     for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
@@ -133,6 +140,11 @@ static int dual_scratch_init(dual_scratch *s, int64_t t_max, int64_t D, int C, i
     s->kcol = (int64_t *)(b + off[i++]);
     s->cmask = (uint16_t *)(b + off[i++]);
     s->Xw = (double *)(b + off[i++]);
+    s->cum = (int64_t *)(b + off[i++]);
+    s->rowbuf = (float *)(b + off[i++]);
+    s->diag = (float *)(b + off[i++]);
+    s->accf = (float *)(b + off[i++]);
+    s->outx = (double *)(b + off[i++]);
     return 0;
 }
 
@@ -190,7 +202,7 @@ static void dual_gmul(const dual_model *md, const double *v, double *Gv)
         double *gk = Gv + k * m;
         for (int64_t b = 0; b < t; b++) s->vf[b] = (float)vk[b];
         for (int64_t b = t; b < ld; b++) s->vf[b] = 0.0f;
-        md->im->matvec(t, ld, s->Kss, s->vf, s->mv);
+        md->im->matvec_sym(t, ld, s->Kss, s->diag, s->vf, s->accf, s->outx, s->mv);
         for (int64_t a = 0; a < t; a++) gk[a] = s->mv[a];
         /* XVs is r x t (column i of X_S V in row i) */
         for (int i = 0; i < r; i++) {
@@ -477,7 +489,9 @@ static int dual_train_model(dual_model *md, double *coef, double *alpha_out, int
         s->kcol[a] = pb->krow[md->rows[a]];
         s->cmask[s->kcol[a] / 16] |= (uint16_t)(1u << (s->kcol[a] % 16));
     }
-    md->im->gather(t, s->kcol, t, md->ld, pb->K, pb->ldk, s->kcol, s->cmask, nchunk, s->Kss);
+    s->cum[0] = 0;
+    for (int64_t q = 0; q < nchunk; q++) s->cum[q + 1] = s->cum[q] + __builtin_popcount((unsigned)s->cmask[q]);
+    md->im->gather_sym(t, md->ld, pb->K, pb->ldk, s->kcol, s->cmask, s->cum, s->rowbuf, s->Kss, s->diag);
     for (int64_t a = 0; a < t; a++)
         for (int i = 0; i < r; i++) s->XVs[i * t + a] = pb->XV[s->kcol[a] * r + i];
     if (md->U) {
@@ -651,7 +665,7 @@ int afl_dual_train(const afl_dual_problem *pb, int64_t B, const int64_t *mptr, c
                    const double *l2, const double *inv_n, double *coef, double *alpha, int32_t *n_iter,
                    int32_t *status, double *fval, int32_t *n_eval, int n_threads)
 {
-    static afl_dual_impl impl = {NULL, NULL, NULL, NULL, NULL};
+    static afl_dual_impl impl = {NULL, NULL, NULL, NULL, NULL, NULL, NULL};
     if (!impl.matvec) impl = afl_dual_pick();
     if (pb->C > AFL_DUAL_MAX_OUT) return -2;
     const int r = pb->r > 0 ? pb->r : 0;
