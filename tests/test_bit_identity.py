@@ -424,6 +424,14 @@ def run_aflite_row_space(ctx):
                           chance_check=False, **dict(AFLITE, target_size=250, slice_size=25, tau=0.0)))
 
 
+def run_predictability_row_space(ctx):
+    """The row-space solver's models, through their held-out probabilities (prob_label)."""
+    from aflite_fast import predictability
+
+    X, y = make_problem(62, 400, 300, 3)
+    return _scores(predictability(X, y, n_partitions=12, train_size=0.5, random_state=63, n_jobs=ctx["n_jobs"]))
+
+
 def _runs():
     from aflite_fast import LOSS_NAMES
 
@@ -434,6 +442,7 @@ def _runs():
         "aflite_eval_rows": run_aflite_eval_rows,
         "aflite_float64_sce_random_ties": run_aflite_float64_sce,
         "aflite_row_space": run_aflite_row_space,
+        "predictability_row_space": run_predictability_row_space,
         "multiple_choice": run_multiple_choice,
         "multiple_choice_position_bias": run_multiple_choice_position_bias,
         "checkpoint_resume": run_checkpoint_resume,
