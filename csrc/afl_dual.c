@@ -271,6 +271,34 @@ static void dual_h0(const dual_model *md, const double *v, const double *Gv, dou
     }
 }
 
+/* y'H0y from y and G y alone (O(C m + C r), not H0 y's t r): with H0 = (I + 11') x H0f over
+ * the outputs, y'H0y = sum_k <y_k, H0f y_k> + <u, H0f u> for u = sum_k y_k, and
+ * <u, H0f u> = (u'G u - u_b^2) / mu + hb u_b^2 + sum_i dV_i ((G u)_V,i)^2 (V'u is the V block of
+ * G u; the intercept apart). */
+static double dual_yh0y(const dual_model *md, const double *y, const double *Gy)
+{
+    const int64_t m = md->m, oV = md->oV, ob = md->ob;
+    const int C = md->pb->C, r = md->r;
+    double *u = md->s->st, *Gu = md->s->sg;   /* m each: the sums over the outputs */
+    double total = 0.0;
+    for (int64_t e = 0; e < m; e++) { u[e] = 0.0; Gu[e] = 0.0; }
+    for (int k = 0; k <= C; k++) {
+        const double *a, *Ga;
+        if (k < C) {
+            a = y + k * m;
+            Ga = Gy + k * m;
+            for (int64_t e = 0; e < m; e++) { u[e] += a[e]; Gu[e] += Ga[e]; }
+        } else {
+            a = u;
+            Ga = Gu;
+        }
+        double q = (dual_vdot(m, a, Ga) - a[ob] * Ga[ob]) * md->mu_inv + md->hb * a[ob] * Ga[ob];
+        for (int i = 0; i < r; i++) q += md->dV[i] * Ga[oV + i] * Ga[oV + i];
+        total += q;
+    }
+    return total;
+}
+
 /* The feature-space vector of coefficients v: out (D x C, row-major) = X_S' v_rows + V v_V +
  * U v_U on the features, v_b on the intercept row. */
 static void dual_to_features(const dual_model *md, const double *v, double *out, int with_rows)
@@ -555,8 +583,7 @@ static int dual_train_model(dual_model *md, double *coef, double *alpha_out, int
             int newest = (mem_head - 1 + hist) % hist;
             double yhy;
             if (r > 0) {
-                dual_h0(md, s->Y + newest * P, s->GY + newest * P, s->h, s->Gh);
-                yhy = dual_vdot(P, s->GY + newest * P, s->h);
+                yhy = dual_yh0y(md, s->Y + newest * P, s->GY + newest * P);
             } else {
                 yhy = dual_vdot(P, s->Y + newest * P, s->GY + newest * P);
             }

@@ -161,3 +161,21 @@ def group_prefixes(const uint64_t[::1] seeds, const int64_t[::1] codes, const in
     finally:
         free(buf)
     return counts
+
+
+def taken_positions(const uint8_t[:, ::1] taken, const int64_t[::1] group_of, int64_t[:, ::1] out):
+    """Row j of ``out``: the positions i (increasing) whose group ``group_of[i]`` is marked in
+    ``taken[j]``, the rest of the row left as it is; returns each row's count."""
+    cdef Py_ssize_t m = taken.shape[0], n = group_of.shape[0], j, i
+    cdef int64_t c
+    counts = np.zeros(m, dtype=np.int64)
+    cdef int64_t[::1] cnt = counts
+    with nogil:
+        for j in range(m):
+            c = 0
+            for i in range(n):
+                if taken[j, group_of[i]]:
+                    out[j, c] = i
+                    c += 1
+            cnt[j] = c
+    return counts

@@ -172,7 +172,6 @@ def _group_train_positions(entropy, phase, train_size, n_partitions, groups):
                                        return_counts=True)
     group_of = group_of.ravel()
     n_groups = sizes.size
-    picks = []
     n_rows = int(sizes.sum())
     p = min(1.0, train_size / n_rows)
     # groups whose keys pass this share hold train_size rows but in a draw of many standard
@@ -187,11 +186,8 @@ def _group_train_positions(entropy, phase, train_size, n_partitions, groups):
     if np.any(n_taken >= n_groups):
         raise ValueError(f"groups: a training set of {train_size} rows drawn as whole groups takes all "
                          f"{n_groups} groups and leaves no row held out; lower train_size")
-    rows_of, picked = np.nonzero(taken[:, group_of])
-    counts = np.bincount(rows_of, minlength=n_partitions)
-    picks = np.split(picked, np.cumsum(counts)[:-1])
-    out = np.full((n_partitions, max(p.size for p in picks)), TRAIN_PAD, dtype=np.int64)
-    for j, pos in enumerate(picks):
-        out[j, :pos.size] = pos
+    n_rows_taken = taken.astype(np.int64) @ np.asarray(sizes, dtype=np.int64)
+    out = np.full((n_partitions, int(n_rows_taken.max())), TRAIN_PAD, dtype=np.int64)
+    _rowscan.taken_positions(taken, np.ascontiguousarray(group_of, dtype=np.int64), out)
     return out
 
