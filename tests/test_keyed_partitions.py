@@ -132,3 +132,30 @@ def test_seeds_of_a_phase_at_once_are_each_partitions_seed():
         assert seeds.dtype == np.uint64
         assert list(seeds) == [partitions.key_seed(entropy, partitions.PARTITION_TAG, 3, j) for j in range(9)]
 
+
+
+def _group_draws_by_definition(entropy, phase, train_size, n_partitions, groups):
+    """The definition of partitions of whole groups: every group keyed by ``row_keys`` of its
+    code, the shortest prefix in (key, code) order holding train_size rows, its rows."""
+    codes, group_of, sizes = np.unique(groups, return_inverse=True, return_counts=True)
+    out = []
+    for seed in partitions.key_seeds(entropy, (partitions.PARTITION_TAG, phase), n_partitions):
+        keys = partitions.row_keys(seed, codes)
+        order = np.lexsort((codes, keys))
+        n_taken = int(np.searchsorted(np.cumsum(sizes[order]), train_size)) + 1
+        taken = np.zeros(codes.size, dtype=bool)
+        taken[order[:n_taken]] = True
+        out.append(np.flatnonzero(taken[group_of.ravel()]))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_compiled_group_draws_are_the_definitions(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(50, 2500))
+    groups = rng.integers(0, max(2, n // int(rng.integers(1, 6))), size=n)
+    train_size = int(rng.integers(n // 10, n // 2))
+    got = partitions.partition_train_positions(seed, 3, n, train_size, 8, groups=groups)
+    for row, want in zip(got, _group_draws_by_definition(seed, 3, train_size, 8, groups)):
+        np.testing.assert_array_equal(row[:want.size], want)
+        assert np.all(row[want.size:] == partitions.TRAIN_PAD)
