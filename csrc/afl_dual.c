@@ -45,7 +45,6 @@
 typedef struct {
     void (*gather)(int64_t, const int64_t *, int64_t, int64_t, const float *, int64_t, const int64_t *,
                    const uint16_t *, int64_t, float *);
-    void (*matvec)(int64_t, int64_t, const float *, const float *, double *);
     void (*axpy)(int64_t, double, const float *, double *);
     double (*dot)(int64_t, const float *, const double *);
     double (*ddot)(int64_t, const double *, const double *);
@@ -59,11 +58,11 @@ static afl_dual_impl afl_dual_pick(void)
 #ifdef AFL_X86_CLONES
     const char *isa = afl_gemm_isa();
     if (strcmp(isa, "avx512") == 0)
-        return (afl_dual_impl){dual_gather_avx512, dual_matvec_avx512, dual_axpy_avx512, dual_dot_avx512, dual_ddot_avx512, dual_gather_sym_avx512, dual_matvec_sym_avx512};
+        return (afl_dual_impl){dual_gather_avx512, dual_axpy_avx512, dual_dot_avx512, dual_ddot_avx512, dual_gather_sym_avx512, dual_matvec_sym_avx512};
     if (strcmp(isa, "avx2") == 0)
-        return (afl_dual_impl){dual_gather_avx2, dual_matvec_avx2, dual_axpy_avx2, dual_dot_avx2, dual_ddot_avx2, dual_gather_sym_avx2, dual_matvec_sym_avx2};
+        return (afl_dual_impl){dual_gather_avx2, dual_axpy_avx2, dual_dot_avx2, dual_ddot_avx2, dual_gather_sym_avx2, dual_matvec_sym_avx2};
 #endif
-    return (afl_dual_impl){dual_gather_generic, dual_matvec_generic, dual_axpy_generic, dual_dot_generic, dual_ddot_generic, dual_gather_sym_generic, dual_matvec_sym_generic};
+    return (afl_dual_impl){dual_gather_generic, dual_axpy_generic, dual_dot_generic, dual_ddot_generic, dual_gather_sym_generic, dual_matvec_sym_generic};
 }
 
 /* status codes: those of the feature-space solver (_kernel.pyx) */
@@ -692,8 +691,8 @@ int afl_dual_train(const afl_dual_problem *pb, int64_t B, const int64_t *mptr, c
                    const double *l2, const double *inv_n, double *coef, double *alpha, int32_t *n_iter,
                    int32_t *status, double *fval, int32_t *n_eval, int n_threads)
 {
-    static afl_dual_impl impl = {NULL, NULL, NULL, NULL, NULL, NULL, NULL};
-    if (!impl.matvec) impl = afl_dual_pick();
+    static afl_dual_impl impl = {NULL, NULL, NULL, NULL, NULL, NULL};
+    if (!impl.matvec_sym) impl = afl_dual_pick();
     if (pb->C > AFL_DUAL_MAX_OUT) return -2;
     const int r = pb->r > 0 ? pb->r : 0;
     int64_t t_max = 1;

@@ -23,12 +23,15 @@
  *     (of the features' gradient, not of the coefficients), tested exactly (X_S' c, t D)
  *     only when ||g||_2 (free: c'Gc) leaves it undecided: ||g||_inf <= ||g||_2 <=
  *     sqrt(D C) ||g||_inf.
- *  C. A model's K_SS is gathered once into the thread's scratch (t^2 floats, within the
- *     core's L2 cache up to t of about 500), its products read it with vectors of floats
- *     accumulated in lanes (fixed order), so no bit depends on the thread count or on which
- *     other models the call holds.  The weights come back in the feature space (X_S' alpha
- *     + U beta, intercept b; in double, row by row in order).  Reproducible per instruction
- *     set, as the member pass is.
+ *  C. A model's K_SS is gathered once into the thread's scratch as its upper triangle (about
+ *     t^2 / 2 floats; row a of K read from the model's row a on), and a product reads each
+ *     stored entry once, for its row's dot product (16 float lanes, added in double in order)
+ *     and, as the column, for the rows after it (float sums over blocks of 64 rows, then in
+ *     double): a fixed order, so no bit depends on the thread count or on which other models
+ *     the call holds.  When the call's rows are a subset of K's, their block of K is copied out
+ *     once first (each model's gather then reads rows of n floats, not nk).  The weights come
+ *     back in the feature space: U beta and the intercept here, X_S' alpha by the caller (one
+ *     GEMM for all models).  Reproducible per instruction set, as the member pass is.
  */
 #ifndef AFL_DUAL_H
 #define AFL_DUAL_H

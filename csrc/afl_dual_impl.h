@@ -5,6 +5,25 @@
 #define AFL_CAT2(a, b) a##b
 #define AFL_CAT(a, b) AFL_CAT2(a, b)
 
+#if AFL_DUAL_ISA == 2
+/* The columns of a row of K marked in cmask, chunks q0..q1 (16 columns each), written in order
+ * from out (a masked store: never past the last one, since rows may be written by other
+ * threads). */
+static inline void AFL_CAT(dual_compress_row, AFL_SFX)(const float *row, int64_t ldk, const uint16_t *cmask,
+                                                      int64_t q0, int64_t q1, float *out)
+{
+    int64_t pos = 0;
+    for (int64_t q = q0; q <= q1; q++) {
+        const __mmask16 mk = (__mmask16)cmask[q];
+        if (!mk) continue;
+        __m512 v = q * 16 + 16 <= ldk ? _mm512_loadu_ps(row + q * 16) : _mm512_maskz_loadu_ps(mk, row + q * 16);
+        const int cnt = __builtin_popcount((unsigned)mk);
+        _mm512_mask_storeu_ps(out + pos, (__mmask16)((1u << cnt) - 1u), _mm512_maskz_compress_ps(mk, v));
+        pos += cnt;
+    }
+}
+#endif
+
 /* out[a * ld + b] = K[krows[a] * ldk + kcols[b]] for a < n_rows, b < t (zero in the pad up to
  * ld); kcols increasing.  With AVX-512 each row of K is read in 16-column chunks and the
  * chunk's columns of kcols kept by a compress under the mask cmask (bit j of chunk q: column
@@ -17,71 +36,14 @@ static void AFL_CAT(dual_gather, AFL_SFX)(int64_t n_rows, const int64_t *krows, 
         const float *row = K + krows[a] * ldk;
         float *out = out0 + a * ld;
 #if AFL_DUAL_ISA == 2
-        int64_t pos = 0;
-        const int64_t q0 = kcols[0] / 16, q1 = kcols[t - 1] / 16;
-        for (int64_t q = q0; q <= q1 && q < nchunk; q++) {
-            const __mmask16 mk = (__mmask16)cmask[q];
-            if (!mk) continue;
-            __m512 v = q * 16 + 16 <= ldk ? _mm512_loadu_ps(row + q * 16)
-                                          : _mm512_maskz_loadu_ps(mk, row + q * 16);
-            const int cnt = __builtin_popcount((unsigned)mk);
-            /* a masked store: never past the row's last column (rows may be written by
-             * other threads) */
-            _mm512_mask_storeu_ps(out + pos, (__mmask16)((1u << cnt) - 1u), _mm512_maskz_compress_ps(mk, v));
-            pos += cnt;
-        }
+        const int64_t q1 = kcols[t - 1] / 16;
+        AFL_CAT(dual_compress_row, AFL_SFX)(row, ldk, cmask, kcols[0] / 16, q1 < nchunk ? q1 : nchunk - 1, out);
 #else
         (void)cmask;
         (void)nchunk;
         for (int64_t b = 0; b < t; b++) out[b] = row[kcols[b]];
 #endif
         for (int64_t b = t; b < ld; b++) out[b] = 0.0f;
-    }
-}
-
-/* out[a] = sum_b Kss[a * ld + b] v[b] (v zero in the pad up to ld, a multiple of 16): float
- * products summed in 16 lanes (two rows at a time), the lanes added in double in order. */
-static void AFL_CAT(dual_matvec, AFL_SFX)(int64_t t, int64_t ld, const float *Kss, const float *v,
-                                           double *out)
-{
-    int64_t a = 0;
-    for (; a < t; a += 2) {
-        const float *r0 = Kss + a * ld;
-        const float *r1 = a + 1 < t ? r0 + ld : r0;
-        float l0[16], l1[16];
-#if AFL_DUAL_ISA == 2
-        __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
-        for (int64_t b = 0; b < ld; b += 16) {
-            __m512 x = _mm512_loadu_ps(v + b);
-            s0 = _mm512_fmadd_ps(_mm512_loadu_ps(r0 + b), x, s0);
-            s1 = _mm512_fmadd_ps(_mm512_loadu_ps(r1 + b), x, s1);
-        }
-        _mm512_storeu_ps(l0, s0);
-        _mm512_storeu_ps(l1, s1);
-#elif AFL_DUAL_ISA == 1
-        __m256 s0a = _mm256_setzero_ps(), s0b = _mm256_setzero_ps();
-        __m256 s1a = _mm256_setzero_ps(), s1b = _mm256_setzero_ps();
-        for (int64_t b = 0; b < ld; b += 16) {
-            __m256 xa = _mm256_loadu_ps(v + b), xb = _mm256_loadu_ps(v + b + 8);
-            s0a = _mm256_fmadd_ps(_mm256_loadu_ps(r0 + b), xa, s0a);
-            s0b = _mm256_fmadd_ps(_mm256_loadu_ps(r0 + b + 8), xb, s0b);
-            s1a = _mm256_fmadd_ps(_mm256_loadu_ps(r1 + b), xa, s1a);
-            s1b = _mm256_fmadd_ps(_mm256_loadu_ps(r1 + b + 8), xb, s1b);
-        }
-        _mm256_storeu_ps(l0, s0a); _mm256_storeu_ps(l0 + 8, s0b);
-        _mm256_storeu_ps(l1, s1a); _mm256_storeu_ps(l1 + 8, s1b);
-#else
-        for (int l = 0; l < 16; l++) { l0[l] = 0.0f; l1[l] = 0.0f; }
-        for (int64_t b = 0; b < ld; b += 16)
-            for (int l = 0; l < 16; l++) {
-                l0[l] += r0[b + l] * v[b + l];
-                l1[l] += r1[b + l] * v[b + l];
-            }
-#endif
-        double d0 = 0.0, d1 = 0.0;
-        for (int l = 0; l < 16; l++) { d0 += l0[l]; d1 += l1[l]; }
-        out[a] = d0;
-        if (a + 1 < t) out[a + 1] = d1;
     }
 }
 
@@ -99,17 +61,8 @@ static void AFL_CAT(dual_gather_sym, AFL_SFX)(int64_t t, int64_t ld, const float
     for (int64_t a = 0; a < t; a++) {
         const float *row = K + kcols[a] * ldk;
 #if AFL_DUAL_ISA == 2
-        const int64_t qa = kcols[a] / 16, q1 = kcols[t - 1] / 16;
-        int64_t pos = cum[qa];
-        for (int64_t q = qa; q <= q1; q++) {
-            const __mmask16 mk = (__mmask16)cmask[q];
-            if (!mk) continue;
-            __m512 v = q * 16 + 16 <= ldk ? _mm512_loadu_ps(row + q * 16)
-                                          : _mm512_maskz_loadu_ps(mk, row + q * 16);
-            const int cnt = __builtin_popcount((unsigned)mk);
-            _mm512_mask_storeu_ps(rowbuf + pos, (__mmask16)((1u << cnt) - 1u), _mm512_maskz_compress_ps(mk, v));
-            pos += cnt;
-        }
+        const int64_t qa = kcols[a] / 16;
+        AFL_CAT(dual_compress_row, AFL_SFX)(row, ldk, cmask, qa, kcols[t - 1] / 16, rowbuf + cum[qa]);
 #else
         (void)cmask;
         (void)cum;
