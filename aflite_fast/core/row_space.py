@@ -66,14 +66,16 @@ def row_space_worthwhile(t_max, n_columns, n_rows, n_classes, group=1):
 
 
 def row_space_bytes(n_rows, t_max, n_columns, n_classes, history, n_threads=1):
-    """Peak bytes of a row-space phase on ``n_rows`` rows beyond the rows themselves: the Gram
-    matrix (float32, and its double while it is built) and every thread's scratch."""
+    """Peak bytes of a row-space phase on X of ``n_rows`` rows beyond the phase's own rows: the
+    Gram matrix (float32, and its double while it is built), while it is built X's rows (float32,
+    their transpose, and float64 for the eigenvectors), the eigenvectors' work, and every
+    thread's scratch."""
     n_out = max(1, n_classes - 1)
     r = PRECOND_RANK
-    return (int(n_rows) ** 2 * (4 + 8)
-            + int(n_threads) * int(_kernel.dual_scratch_bytes(t_max, n_columns, n_out, r, history, n_rows))
-            + int(n_rows) * (8 + (r + _OVERSAMPLE) * 8 * 3) + int(n_rows) * int(n_columns) * 8
-            + int(n_columns) * r * 8)
+    n, D = int(n_rows), int(n_columns)
+    return (n * n * (4 + 8) + n * D * (4 + 4 + 8)
+            + int(n_threads) * int(_kernel.dual_scratch_bytes(t_max, D, n_out, r, history, n))
+            + n * (8 + (r + _OVERSAMPLE) * 8 * 3) + D * r * 8 * 2)
 
 
 class RowGram:
