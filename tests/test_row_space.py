@@ -209,3 +209,19 @@ def test_refuses_misuse():
     with pytest.raises(ValueError, match="not computed yet"):
         row_space.RowGram(active, Xa[:, :-1]).preconditioner(None)
     assert gram.lookup(np.array([0, 10**6])) is None
+
+
+def test_a_budget_too_small_for_the_gram_matrix_trains_in_the_feature_space(monkeypatch):
+    X, y = _problem(11, n=300, d=200)
+    calls = []
+    real = row_space.train_models_row_space
+
+    def spy(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(row_space, "train_models_row_space", spy)
+    with pytest.warns(RuntimeWarning, match="max_memory leaves .* row-space solver"):
+        res = aflite(X, y, target_size=250, n_partitions=8, train_size=0.5, slice_size=25, tau=0.0, random_state=2,
+                     progress=False, chance_check=False, max_memory="1MB")
+    assert calls == [] and len(res.history) == 2
