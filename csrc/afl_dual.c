@@ -333,8 +333,9 @@ typedef struct {
 } dual_watch;
 
 /* Largest absolute entry of the feature-space gradient of coefficients c (its t D product);
- * the watched entries become its DUAL_WATCH largest on the features. */
-static double dual_max_abs(const dual_model *md, const double *c, dual_watch *w)
+ * unless it is at most done, the watched entries become its DUAL_WATCH largest on the
+ * features. */
+static double dual_max_abs(const dual_model *md, const double *c, dual_watch *w, double done)
 {
     const afl_dual_problem *pb = md->pb;
     const int64_t nf = (pb->D - 1) * pb->C;
@@ -343,6 +344,7 @@ static double dual_max_abs(const dual_model *md, const double *c, dual_watch *w)
     double g = 0.0;
     for (int64_t k = 0; k < pb->D * pb->C; k++)
         if (fabs(out[k]) > g) g = fabs(out[k]);
+    if (g <= done) return g;   /* the model stops here: no later test needs the watched entries */
     /* the DUAL_WATCH largest feature entries, by insertion into a sorted list (ties: the
      * lower index first) */
     double val[DUAL_WATCH];
@@ -426,7 +428,7 @@ static int dual_converged(const dual_model *md, const double *c, const double *G
     if (nrm2 <= 0.99 * gtol) return 1;
     if (nrm2 > 1.01 * sqrt((double)(pb->D * pb->C)) * gtol) return 0;
     if (dual_watched(md, c, w) > gtol) return 0;
-    return dual_max_abs(md, c, w) <= gtol;
+    return dual_max_abs(md, c, w, gtol) <= gtol;
 }
 
 /* Objective at coefficients th (with G th): returns f, writes the gradient's coefficients. */
@@ -556,7 +558,7 @@ static int dual_train_model(dual_model *md, double *coef, double *alpha_out, int
         if (pb->start_rtol * 0.99 * nrm2 / sqrt((double)(pb->D * C)) >= pb->gtol) {
             gtol_j = pb->gtol;
         } else {
-            double g0 = dual_max_abs(md, c, &watch);
+            double g0 = dual_max_abs(md, c, &watch, -1.0);
             gtol_j = pb->gtol <= pb->start_rtol * g0 ? pb->gtol : pb->start_rtol * g0;
             if (g0 <= gtol_j) { status = DUAL_CONVERGED; goto done; }
         }
