@@ -149,8 +149,9 @@ def test_bits_do_not_depend_on_threads_or_the_grams_rows():
     np.testing.assert_array_equal(alone[0], one[2])
 
 
-def test_phase_takes_the_row_space_below_d_and_runs_do_not_depend_on_threads_or_memmap(tmp_path, monkeypatch):
-    X, y = _problem(11, n=300, d=200)
+@pytest.fixture
+def row_space_calls(monkeypatch):
+    """A list that gets an entry for every call of the row-space solver."""
     calls = []
     real = row_space.train_models_row_space
 
@@ -159,6 +160,13 @@ def test_phase_takes_the_row_space_below_d_and_runs_do_not_depend_on_threads_or_
         return real(*args, **kwargs)
 
     monkeypatch.setattr(row_space, "train_models_row_space", spy)
+    return calls
+
+
+def test_phase_takes_the_row_space_below_d_and_runs_do_not_depend_on_threads_or_memmap(tmp_path, monkeypatch,
+                                                                                       row_space_calls):
+    X, y = _problem(11, n=300, d=200)
+    calls = row_space_calls
     kw = dict(target_size=200, n_partitions=8, train_size=0.5, slice_size=25, tau=0.0, random_state=2,
               progress=False, chance_check=False)
     a = aflite(X, y, n_jobs=2, **kw)
@@ -213,16 +221,9 @@ def test_refuses_misuse():
     assert gram.lookup(np.array([0, 10**6])) is None
 
 
-def test_a_budget_too_small_for_the_gram_matrix_trains_in_the_feature_space(monkeypatch):
+def test_a_budget_too_small_for_the_gram_matrix_trains_in_the_feature_space(row_space_calls):
     X, y = _problem(11, n=300, d=200)
-    calls = []
-    real = row_space.train_models_row_space
-
-    def spy(*args, **kwargs):
-        calls.append(1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(row_space, "train_models_row_space", spy)
+    calls = row_space_calls
     with pytest.warns(RuntimeWarning, match="max_memory leaves .* row-space solver"), warnings.catch_warnings():
         # the feature-space solver's own fallback at this budget (its diagonal preconditioner)
         warnings.filterwarnings("ignore", message=".*solver's preconditioner")
