@@ -97,12 +97,7 @@ class RowGram:
         self.rows = rows
         del G, Ft
 
-        self._features = None
         self._precond = None
-
-    @property
-    def nbytes(self):
-        return self.K.nbytes + self.rows.nbytes
 
     def preconditioner(self, features, rank=PRECOND_RANK, n_threads=1):
         """H0's terms (V, XV, sig, sig_rest; see ``csrc/afl_dual.h``) from the second moment of
