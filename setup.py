@@ -71,7 +71,7 @@ def extensions():
         include_dirs=[CSRC],
         depends=[os.path.join(CSRC, h) for h in ("afl_gemm.h", "afl_gemm_impl.h", "afl_exp_impl.h", "afl_losses.h",
                                                   "afl_omp.h", "afl_member.h", "afl_member_impl.h",
-                                                  "afl_dual.h", "afl_dual_impl.h")],
+                                                  "afl_dual.h", "afl_dual_impl.h", "afl_dual_model.h")],
     )
     # sparse (CSR) rows: the member pass and prediction (docs/sparse.md)
     sparse_kernel = Extension(

@@ -11,60 +11,6 @@
 #include <immintrin.h>
 #endif
 
-#define AFL_SFX _generic
-#define AFL_VL 16
-#define AFL_DUAL_ISA 0
-#include "afl_dual_impl.h"
-#undef AFL_SFX
-#undef AFL_VL
-
-#ifdef AFL_X86_CLONES
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
-#undef AFL_DUAL_ISA
-#define AFL_DUAL_ISA 1
-#define AFL_SFX _avx2
-#define AFL_VL 16
-#include "afl_dual_impl.h"
-#undef AFL_SFX
-#undef AFL_VL
-#pragma GCC pop_options
-
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512vl,avx2,fma")
-#undef AFL_DUAL_ISA
-#define AFL_DUAL_ISA 2
-#define AFL_SFX _avx512
-#define AFL_VL 16
-#include "afl_dual_impl.h"
-#undef AFL_SFX
-#undef AFL_VL
-#pragma GCC pop_options
-#endif
-
-typedef struct {
-    void (*gather)(int64_t, const int64_t *, int64_t, int64_t, const float *, int64_t, const int64_t *,
-                   const uint16_t *, int64_t, float *);
-    void (*axpy)(int64_t, double, const float *, double *);
-    double (*dot)(int64_t, const float *, const double *);
-    double (*ddot)(int64_t, const double *, const double *);
-    void (*gather_sym)(int64_t, int64_t, const float *, int64_t, const int64_t *, const uint16_t *,
-                       const int64_t *, float *, float *, float *);
-    void (*matvec_sym)(int64_t, int64_t, const float *, const float *, const float *, float *, double *, double *);
-} afl_dual_impl;
-
-static afl_dual_impl afl_dual_pick(void)
-{
-#ifdef AFL_X86_CLONES
-    const char *isa = afl_gemm_isa();
-    if (strcmp(isa, "avx512") == 0)
-        return (afl_dual_impl){dual_gather_avx512, dual_axpy_avx512, dual_dot_avx512, dual_ddot_avx512, dual_gather_sym_avx512, dual_matvec_sym_avx512};
-    if (strcmp(isa, "avx2") == 0)
-        return (afl_dual_impl){dual_gather_avx2, dual_axpy_avx2, dual_dot_avx2, dual_ddot_avx2, dual_gather_sym_avx2, dual_matvec_sym_avx2};
-#endif
-    return (afl_dual_impl){dual_gather_generic, dual_axpy_generic, dual_dot_generic, dual_ddot_generic, dual_gather_sym_generic, dual_matvec_sym_generic};
-}
-
 /* status codes: those of the feature-space solver (_kernel.pyx) */
 enum { DUAL_CONVERGED = 0, DUAL_MAX_ITER = 1, DUAL_LINE_SEARCH = 2, DUAL_NOT_FINITE = 3 };
 
@@ -84,6 +30,9 @@ typedef struct {
     float *rowbuf, *diag, *accf;                /* the symmetric block's gather and product */
     double *outx;
     double *Xw;                                 /* watched features of the rows: t x DUAL_WATCH */
+    const float **xrow;                         /* the model's rows of X (t) */
+    float *facc;                                /* float sums of a block of rows (D) */
+    double *ew, *ysg;                           /* the binary loss' row terms (3 ld), y as -1 / +1 (ld) */
     void *block;
 } dual_scratch;
 
@@ -99,7 +48,7 @@ static int64_t dual_scratch_layout(int64_t t_max, int64_t D, int C, int r, int h
         hist * P * 8, hist * P * 8, hist * P * 8, hist * P * 8, hist * 8, hist * 8,
         t_max * C * 8, t_max * (r + 1) * 8, (r + 1) * C * 8, C * C * 8, 2 * D * C * 8, m * 8, m * 8,
         t_max * 8, (nk / 16 + 1) * 2, t_max * DUAL_WATCH * 8,
-        (nk / 16 + 2) * 8, (ld + 16) * 4, ld * 4, ld * 4, ld * 8,
+        (nk / 16 + 2) * 8, (ld + 16) * 4, ld * 4, ld * 4, ld * 8, t_max * 8, D * 4, 3 * ld * 8, ld * 8,
     };
     int64_t total = 0;
     for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
@@ -144,6 +93,10 @@ static int dual_scratch_init(dual_scratch *s, int64_t t_max, int64_t D, int C, i
     s->diag = (float *)(b + off[i++]);
     s->accf = (float *)(b + off[i++]);
     s->outx = (double *)(b + off[i++]);
+    s->xrow = (const float **)(b + off[i++]);
+    s->facc = (float *)(b + off[i++]);
+    s->ew = (double *)(b + off[i++]);
+    s->ysg = (double *)(b + off[i++]);
     return 0;
 }
 
@@ -152,7 +105,6 @@ static int dual_scratch_init(dual_scratch *s, int64_t t_max, int64_t D, int C, i
  * U (from oU), the intercept (at ob). */
 typedef struct {
     const afl_dual_problem *pb;
-    const afl_dual_impl *im;
     dual_scratch *s;
     const int32_t *rows;     /* its t rows of X */
     int64_t t, m, P, ld, oV, oU, ob;
@@ -164,165 +116,6 @@ typedef struct {
     double *dV;              /* H0: 1 / (s sig_i + l2) - 1 / mu (r) */
 } dual_model;
 
-static inline double dual_vdot(int64_t n, const double *a, const double *b)
-{
-    double s = 0.0;
-    for (int64_t k = 0; k < n; k++) s += a[k] * b[k];
-    return s;
-}
-
-/* The start's products: XU (t x C) = X_rows U, UU = U'U, VU = V'U (r x C), with U (D - 1 x C,
- * row-major) transposed into Ut (C x D - 1) first. */
-static void dual_start_products(const afl_dual_problem *pb, const afl_dual_impl *im, const double *U, int64_t t,
-                                const int32_t *rows, int r, double *Ut, double *XU, double *UU, double *VU)
-{
-    const int64_t F = pb->D - 1;
-    const int C = pb->C;
-    for (int64_t f = 0; f < F; f++)
-        for (int l = 0; l < C; l++) Ut[l * F + f] = U[f * C + l];
-    for (int64_t a = 0; a < t; a++) {
-        const float *x = pb->X + (int64_t)(rows ? rows[a] : a) * pb->ldx;
-        for (int l = 0; l < C; l++) XU[a * C + l] = im->dot(F, x, Ut + l * F);
-    }
-    for (int l = 0; l < C; l++)
-        for (int l2 = 0; l2 < C; l2++) UU[l * C + l2] = im->ddot(F, Ut + l * F, Ut + l2 * F);
-    for (int i = 0; i < r; i++)
-        for (int l = 0; l < C; l++) VU[i * C + l] = im->ddot(F, pb->Vt + i * F, Ut + l * F);
-}
-
-/* Gv = G v (see dual_model for the layout). */
-static void dual_gmul(const dual_model *md, const double *v, double *Gv)
-{
-    const int64_t t = md->t, m = md->m, ld = md->ld, oV = md->oV, oU = md->oU, ob = md->ob;
-    const int C = md->pb->C, r = md->r;
-    dual_scratch *s = md->s;
-    for (int k = 0; k < C; k++) {
-        const double *vk = v + k * m;
-        double *gk = Gv + k * m;
-        for (int64_t b = 0; b < t; b++) s->vf[b] = (float)vk[b];
-        for (int64_t b = t; b < ld; b++) s->vf[b] = 0.0f;
-        md->im->matvec_sym(t, ld, s->Kss, s->diag, s->vf, s->accf, s->outx, s->mv);
-        for (int64_t a = 0; a < t; a++) gk[a] = s->mv[a];
-        /* XVs is r x t (column i of X_S V in row i) */
-        for (int i = 0; i < r; i++) {
-            const double *xr = s->XVs + i * t;
-            const double vi = vk[oV + i];
-            for (int64_t a = 0; a < t; a++) gk[a] += xr[a] * vi;
-            gk[oV + i] = vk[oV + i] + md->im->ddot(t, xr, vk);
-        }
-        for (int l = 0; l < C; l++) gk[oU + l] = 0.0;
-        if (md->U)
-            for (int64_t a = 0; a < t; a++)
-                for (int l = 0; l < C; l++) {
-                    gk[a] += s->XU[a * C + l] * vk[oU + l];
-                    gk[oU + l] += s->XU[a * C + l] * vk[a];
-                }
-        if (md->U) {
-            for (int i = 0; i < r; i++)
-                for (int l = 0; l < C; l++) {
-                    gk[oV + i] += s->VU[i * C + l] * vk[oU + l];
-                    gk[oU + l] += s->VU[i * C + l] * vk[oV + i];
-                }
-            for (int l = 0; l < C; l++)
-                for (int l2 = 0; l2 < C; l2++) gk[oU + l] += s->UU[l * C + l2] * vk[oU + l2];
-        }
-        gk[ob] = vk[ob];
-    }
-}
-
-/* out, Gout = H0 v, G H0 v from v and G v (see afl_dual_problem): per output the scaled
- * identity plus the rank-r term (V' g is the V block of G v), then the outputs mixed by
- * I + 11'.  Costs t r per output. */
-static void dual_h0(const dual_model *md, const double *v, const double *Gv, double *out, double *Gout)
-{
-    const int64_t t = md->t, m = md->m, oV = md->oV, oU = md->oU, ob = md->ob;
-    const int C = md->pb->C, r = md->r;
-    dual_scratch *s = md->s;
-    double *delta = s->mv;   /* r */
-    for (int k = 0; k < C; k++) {
-        const double *vk = v + k * m, *gk = Gv + k * m;
-        double *ok = out + k * m, *Ok = Gout + k * m;
-        for (int64_t e = 0; e < ob; e++) { ok[e] = md->mu_inv * vk[e]; Ok[e] = md->mu_inv * gk[e]; }
-        ok[ob] = md->hb * vk[ob];
-        Ok[ob] = ok[ob];
-        for (int i = 0; i < r; i++) {
-            delta[i] = md->dV[i] * gk[oV + i];
-            ok[oV + i] += delta[i];
-            Ok[oV + i] += delta[i];
-        }
-        for (int i = 0; i < r; i++) {
-            const double *xr = s->XVs + i * t;
-            const double di = delta[i];
-            for (int64_t a = 0; a < t; a++) Ok[a] += xr[a] * di;
-        }
-        if (md->U)
-            for (int l = 0; l < C; l++) {
-                double z = 0.0;
-                for (int i = 0; i < r; i++) z += s->VU[i * C + l] * delta[i];
-                Ok[oU + l] += z;
-            }
-    }
-    /* the outputs mixed by I + 11' (the reference-class form's H0) */
-    for (int64_t e = 0; e < m; e++) {
-        double a = 0.0, b = 0.0;
-        for (int k = 0; k < C; k++) { a += out[k * m + e]; b += Gout[k * m + e]; }
-        for (int k = 0; k < C; k++) { out[k * m + e] += a; Gout[k * m + e] += b; }
-    }
-}
-
-/* y'H0y from y and G y alone (O(C m + C r), not H0 y's t r): with H0 = (I + 11') x H0f over
- * the outputs, y'H0y = sum_k <y_k, H0f y_k> + <u, H0f u> for u = sum_k y_k, and
- * <u, H0f u> = (u'G u - u_b^2) / mu + hb u_b^2 + sum_i dV_i ((G u)_V,i)^2 (V'u is the V block of
- * G u; the intercept apart). */
-static double dual_yh0y(const dual_model *md, const double *y, const double *Gy)
-{
-    const int64_t m = md->m, oV = md->oV, ob = md->ob;
-    const int C = md->pb->C, r = md->r;
-    double *u = md->s->st, *Gu = md->s->sg;   /* m each: the sums over the outputs */
-    double total = 0.0;
-    for (int64_t e = 0; e < m; e++) { u[e] = 0.0; Gu[e] = 0.0; }
-    for (int k = 0; k <= C; k++) {
-        const double *a, *Ga;
-        if (k < C) {
-            a = y + k * m;
-            Ga = Gy + k * m;
-            for (int64_t e = 0; e < m; e++) { u[e] += a[e]; Gu[e] += Ga[e]; }
-        } else {
-            a = u;
-            Ga = Gu;
-        }
-        double q = (dual_vdot(m, a, Ga) - a[ob] * Ga[ob]) * md->mu_inv + md->hb * a[ob] * Ga[ob];
-        for (int i = 0; i < r; i++) q += md->dV[i] * Ga[oV + i] * Ga[oV + i];
-        total += q;
-    }
-    return total;
-}
-
-/* The feature-space vector of coefficients v: out (D x C, row-major) = X_S' v_rows + V v_V +
- * U v_U on the features, v_b on the intercept row. */
-static void dual_to_features(const dual_model *md, const double *v, double *out, int with_rows)
-{
-    const afl_dual_problem *pb = md->pb;
-    const int64_t t = md->t, m = md->m, F = pb->D - 1, oV = md->oV, oU = md->oU, ob = md->ob;
-    const int C = pb->C, r = md->r;
-    double *acc = md->s->acc;          /* C x F, output-major */
-    memset(acc, 0, (size_t)(C * F) * sizeof(double));
-    if (with_rows)
-        for (int64_t i = 0; i < t; i++) {
-            const float *x = pb->X + (int64_t)md->rows[i] * pb->ldx;
-            for (int k = 0; k < C; k++) md->im->axpy(F, v[k * m + i], x, acc + k * F);
-        }
-    for (int64_t f = 0; f < F; f++)
-        for (int k = 0; k < C; k++) {
-            double z = acc[k * F + f];
-            if (r > 0) z += md->im->ddot(r, pb->V + f * r, v + k * m + oV);
-            if (md->U)
-                for (int l = 0; l < C; l++) z += md->U[f * C + l] * v[k * m + oU + l];
-            out[f * C + k] = z;
-        }
-    for (int k = 0; k < C; k++) out[F * C + k] = v[k * m + ob];
-}
-
 /* Entries of the feature-space gradient watched between its computations: those largest in
  * absolute value at the last one (a lower bound of the largest entry for the price of
  * DUAL_WATCH / D of the product); their features of the model's rows are copied into Xw. */
@@ -332,369 +125,63 @@ typedef struct {
     int64_t idx[DUAL_WATCH];     /* entries f * C + k of the D x C gradient, f < D - 1 */
 } dual_watch;
 
-/* Largest absolute entry of the feature-space gradient of coefficients c (its t D product);
- * unless it is at most done, the watched entries become its DUAL_WATCH largest on the
- * features. */
-static double dual_max_abs(const dual_model *md, const double *c, dual_watch *w, double done)
+#define AFL_SFX _generic
+#define AFL_VL 16
+#define AFL_DUAL_ISA 0
+#include "afl_dual_impl.h"
+#undef AFL_SFX
+#undef AFL_VL
+
+#ifdef AFL_X86_CLONES
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+#undef AFL_DUAL_ISA
+#define AFL_DUAL_ISA 1
+#define AFL_SFX _avx2
+#define AFL_VL 16
+#include "afl_dual_impl.h"
+#undef AFL_SFX
+#undef AFL_VL
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512vl,avx2,fma")
+#undef AFL_DUAL_ISA
+#define AFL_DUAL_ISA 2
+#define AFL_SFX _avx512
+#define AFL_VL 16
+#include "afl_dual_impl.h"
+#undef AFL_SFX
+#undef AFL_VL
+#pragma GCC pop_options
+#endif
+typedef struct {
+    void (*gather)(int64_t, const int64_t *, int64_t, int64_t, const float *, int64_t, const int64_t *,
+                   const uint16_t *, int64_t, float *);
+    void (*start_products)(const afl_dual_problem *, const double *, int64_t, const int32_t *, int, double *,
+                           double *, double *, double *);
+    int (*train_model)(dual_model *, double *, double *, int32_t *, int32_t *, double *, int32_t *);
+} afl_dual_impl;
+
+#define AFL_DUAL_IMPL(sfx) \
+    (afl_dual_impl){dual_gather##sfx, dual_start_products##sfx, dual_train_model##sfx}
+
+static afl_dual_impl afl_dual_pick(void)
 {
-    const afl_dual_problem *pb = md->pb;
-    const int64_t nf = (pb->D - 1) * pb->C;
-    double *out = md->s->acc + pb->C * (pb->D - 1);   /* D x C after the accumulators */
-    dual_to_features(md, c, out, 1);
-    double g = 0.0;
-    for (int64_t k = 0; k < pb->D * pb->C; k++)
-        if (fabs(out[k]) > g) g = fabs(out[k]);
-    if (g <= done) return g;   /* the model stops here: no later test needs the watched entries */
-    /* the DUAL_WATCH largest feature entries, by insertion into a sorted list (ties: the
-     * lower index first) */
-    double val[DUAL_WATCH];
-    int n = 0;
-    for (int64_t k = 0; k < nf; k++) {
-        double v = fabs(out[k]);
-        if (n == DUAL_WATCH && !(v > val[n - 1])) continue;
-        int at = n < DUAL_WATCH ? n : DUAL_WATCH - 1;
-        while (at > 0 && v > val[at - 1]) {
-            val[at] = val[at - 1];
-            w->idx[at] = w->idx[at - 1];
-            at--;
-        }
-        val[at] = v;
-        w->idx[at] = k;
-        if (n < DUAL_WATCH) n++;
-    }
-    w->n = n;
-    /* the watched features of the rows, row by row (entry q of row i at Xw[i * DUAL_WATCH + q]) */
-    for (int64_t i = 0; i < md->t; i++) {
-        const float *x = pb->X + (int64_t)md->rows[i] * pb->ldx;
-        double *xw = md->s->Xw + i * DUAL_WATCH;
-        for (int q = 0; q < n; q++) xw[q] = (double)x[w->idx[q] / pb->C];
-        for (int q = n; q < DUAL_WATCH; q++) xw[q] = 0.0;
-    }
-    return g;
-}
-
-/* Largest absolute value of the watched entries and the intercept's (exact, a lower bound of
- * the largest entry). */
-static double dual_watched(const dual_model *md, const double *c, const dual_watch *w)
-{
-    const afl_dual_problem *pb = md->pb;
-    const int64_t t = md->t, m = md->m, oV = md->oV, oU = md->oU, ob = md->ob;
-    const int C = pb->C, r = md->r;
-    double g = 0.0, acc[DUAL_WATCH];
-    for (int k = 0; k < C; k++)
-        if (fabs(c[k * m + ob]) > g) g = fabs(c[k * m + ob]);
-    int64_t f[DUAL_WATCH];
-    int kk[DUAL_WATCH];
-    for (int q = 0; q < w->n; q++) {
-        f[q] = w->idx[q] / C;
-        kk[q] = (int)(w->idx[q] % C);
-        acc[q] = 0.0;
-    }
-    if (C == 1) {
-        for (int q = 0; q < DUAL_WATCH; q++) acc[q] = 0.0;
-        for (int64_t i = 0; i < t; i++) {
-            const double *xw = md->s->Xw + i * DUAL_WATCH;
-            const double ci = c[i];
-            for (int q = 0; q < DUAL_WATCH; q++) acc[q] += ci * xw[q];
-        }
-    } else {
-        for (int64_t i = 0; i < t; i++) {
-            const double *xw = md->s->Xw + i * DUAL_WATCH;
-            for (int q = 0; q < w->n; q++) acc[q] += c[kk[q] * m + i] * xw[q];
-        }
-    }
-    for (int q = 0; q < w->n; q++) {
-        double z = acc[q];
-        for (int i = 0; i < r; i++) z += pb->V[f[q] * r + i] * c[kk[q] * m + oV + i];
-        if (md->U)
-            for (int l = 0; l < C; l++) z += md->U[f[q] * C + l] * c[kk[q] * m + oU + l];
-        if (fabs(z) > g) g = fabs(z);
-    }
-    return g;
-}
-
-/* Whether the feature-space gradient of coefficients c (G c given) has no entry above gtol,
- * decided without its t D product where possible: ||g||_2 = sqrt(c'Gc) (free) settles it
- * both ways (||g||_inf <= ||g||_2 <= sqrt(D C) ||g||_inf), the intercept's entries and the
- * watched ones (t DUAL_WATCH) can show an entry above gtol; else the product decides.  So the
- * answer is that of the product at every step. */
-static int dual_converged(const dual_model *md, const double *c, const double *Gc, double gtol, dual_watch *w)
-{
-    const afl_dual_problem *pb = md->pb;
-    double nrm2sq = dual_vdot(md->P, c, Gc);
-    if (!(nrm2sq >= 0.0)) nrm2sq = 0.0;
-    const double nrm2 = sqrt(nrm2sq);
-    /* margins of 1% cover the float32 rounding of G's products */
-    if (nrm2 <= 0.99 * gtol) return 1;
-    if (nrm2 > 1.01 * sqrt((double)(pb->D * pb->C)) * gtol) return 0;
-    if (dual_watched(md, c, w) > gtol) return 0;
-    return dual_max_abs(md, c, w, gtol) <= gtol;
-}
-
-/* Objective at coefficients th (with G th): returns f, writes the gradient's coefficients. */
-static double dual_eval(const dual_model *md, const double *th, const double *Gth, double *c)
-{
-    const afl_dual_problem *pb = md->pb;
-    const int64_t t = md->t, m = md->m, ob = md->ob;
-    const int C = pb->C, nc = C + 1;
-    float z[AFL_DUAL_MAX_OUT + 1], g[AFL_DUAL_MAX_OUT + 1];
-    double prob[AFL_DUAL_MAX_OUT + 1];
-    double loss = 0.0;
-    for (int k = 0; k < C; k++) c[k * m + ob] = 0.0;
-    if (C == 1 && pb->loss_code == AFL_LOSS_CE) {
-        /* two classes, cross-entropy: afl_row_loss's values (loss -log p_y, gradient
-         * scale (p_0 - [y == 0]) on the one output) from one exp and one log1p a row */
-        double bsum = 0.0;
-        for (int64_t i = 0; i < t; i++) {
-            const float zf = (float)(Gth[i] + th[ob]);
-            const double z = (double)zf;
-            const int y0 = pb->y[md->rows[i]] == 0;
-            /* -log p_y = softplus(-z) for y = 0, softplus(z) for y = 1 */
-            const double u = y0 ? -z : z;
-            const double e = exp(-fabs(z)), inv = 1.0 / (1.0 + e);
-            loss += (u > 0.0 ? u : 0.0) + log1p(e);
-            /* p_0 = sigmoid(z) and 1 - p_0, each without cancellation */
-            const double p0 = z >= 0.0 ? inv : e * inv, q0 = z >= 0.0 ? e * inv : inv;
-            const float g = (float)(md->inv_n * (y0 ? -q0 : p0));
-            c[i] = (double)g;
-            bsum += (double)g;
-        }
-        c[ob] = bsum;
-    } else
-    for (int64_t i = 0; i < t; i++) {
-        for (int k = 0; k < C; k++) z[k] = (float)(Gth[k * m + i] + th[k * m + ob]);
-        z[C] = 0.0f;
-        loss += afl_row_loss(pb->loss_code, pb->params, pb->user, nc, z, pb->y[md->rows[i]], prob,
-                             md->inv_n, g);
-        for (int k = 0; k < C; k++) {
-            c[k * m + i] = (double)g[k];
-            c[k * m + ob] += (double)g[k];
-        }
-    }
-    /* the L2 term of the reference-class form on the penalised coefficients (all but the
-     * intercept): sum_k th_k'G th_k - (sum_k th_k)' G (sum_k th_k) / nc */
-    double pen = 0.0, cross = 0.0;
-    double *st = md->s->st, *sg = md->s->sg;
-    for (int64_t e = 0; e < ob; e++) {
-        double a = 0.0, b = 0.0;
-        for (int k = 0; k < C; k++) {
-            pen += th[k * m + e] * Gth[k * m + e];
-            a += th[k * m + e];
-            b += Gth[k * m + e];
-        }
-        st[e] = a;
-        sg[e] = b;
-        cross += a * b;
-    }
-    pen -= cross / nc;
-    for (int64_t e = 0; e < ob; e++) {
-        const double mean = st[e] / nc;
-        for (int k = 0; k < C; k++) {
-            double v = md->l2 * (th[k * m + e] - mean);
-            if (e < t) c[k * m + e] += v;
-            else c[k * m + e] = v;
-        }
-    }
-    return loss * md->inv_n + 0.5 * md->l2 * pen;
-}
-
-static int dual_train_model(dual_model *md, double *coef, double *alpha_out, int32_t *n_iter_out,
-                            int32_t *status_out, double *fval_out, int32_t *n_eval_out)
-{
-    const afl_dual_problem *pb = md->pb;
-    dual_scratch *s = md->s;
-    const int64_t t = md->t, m = md->m, P = md->P, F = pb->D - 1, oU = md->oU, ob = md->ob;
-    const int C = pb->C, hist = pb->hist, r = md->r;
-    double *th = s->th, *Gth = s->Gth, *c = s->c, *Gc = s->Gc;
-    double *tht = s->tht, *Gtht = s->Gtht, *ct = s->ct, *Gct = s->Gct, *p = s->p, *Gp = s->Gp;
-    int n_iter = 0, n_eval = 0, status = DUAL_MAX_ITER, mem_len = 0, mem_head = 0, n_ls = 0;
-    double f, ft, gp = 0.0, alpha = 1.0, gtol_j = pb->gtol;
-
-    /* the basis: the rows (K_SS gathered; their products with V's columns), V, the start's
-     * feature weights U, the intercept */
-    const int64_t nchunk = pb->nk / 16 + 1;
-    memset(s->cmask, 0, (size_t)nchunk * sizeof(uint16_t));
-    for (int64_t a = 0; a < t; a++) {
-        s->kcol[a] = pb->krow[md->rows[a]];
-        s->cmask[s->kcol[a] / 16] |= (uint16_t)(1u << (s->kcol[a] % 16));
-    }
-    s->cum[0] = 0;
-    for (int64_t q = 0; q < nchunk; q++) s->cum[q + 1] = s->cum[q] + __builtin_popcount((unsigned)s->cmask[q]);
-    md->im->gather_sym(t, md->ld, pb->K, pb->ldk, s->kcol, s->cmask, s->cum, s->rowbuf, s->Kss, s->diag);
-    for (int64_t a = 0; a < t; a++)
-        for (int i = 0; i < r; i++) s->XVs[i * t + a] = pb->XV[s->kcol[a] * r + i];
-    if (md->U) {
-        if (md->XU_all) {   /* the start every model of the call shares: its products computed once */
-            for (int64_t a = 0; a < t; a++)
-                memcpy(s->XU + a * C, md->XU_all + (int64_t)md->rows[a] * C, (size_t)C * sizeof(double));
-            memcpy(s->UU, md->UU_all, (size_t)(C * C) * sizeof(double));
-            memcpy(s->VU, md->VU_all, (size_t)(r * C) * sizeof(double));
-        } else {
-            dual_start_products(pb, md->im, md->U, t, md->rows, r, s->acc, s->XU, s->UU, s->VU);
-        }
-    }
-    /* the start: beta = I (the start's weights), b = its intercept, the rest zero */
-    memset(th, 0, (size_t)P * sizeof(double));
-    int cold = 1;
-    for (int64_t k = 0; k < pb->D * C; k++)
-        if (coef[k] != 0.0) { cold = 0; break; }
-    for (int k = 0; k < C; k++) {
-        if (md->U) th[k * m + oU + k] = 1.0;
-        th[k * m + ob] = coef[F * C + k];
-    }
-    if (cold) gtol_j = -1.0;
-    dual_gmul(md, th, Gth);
-
-    f = dual_eval(md, th, Gth, c);
-    n_eval++;
-    dual_watch watch;
-    watch.n = 0;
-    if (!isfinite(f)) { status = DUAL_NOT_FINITE; goto done; }
-    dual_gmul(md, c, Gc);
-    if (gtol_j < 0.0) {
-        /* a cold start's tolerance min(gtol, start_rtol g0), g0 its largest gradient entry: gtol
-         * when even the least g0 can be (||g||_2 / sqrt(D C)) gives that, else computed */
-        const double nrm2 = sqrt(fmax(dual_vdot(P, c, Gc), 0.0));
-        if (pb->start_rtol * 0.99 * nrm2 / sqrt((double)(pb->D * C)) >= pb->gtol) {
-            gtol_j = pb->gtol;
-        } else {
-            double g0 = dual_max_abs(md, c, &watch, -1.0);
-            gtol_j = pb->gtol <= pb->start_rtol * g0 ? pb->gtol : pb->start_rtol * g0;
-            if (g0 <= gtol_j) { status = DUAL_CONVERGED; goto done; }
-        }
-    } else if (dual_converged(md, c, Gc, gtol_j, &watch)) {
-        status = DUAL_CONVERGED;
-        goto done;
-    }
-    if (pb->max_iter <= 0) { status = DUAL_MAX_ITER; goto done; }
-
-    for (;;) {
-        /* direction: the two-loop recursion with the metric G (q in p, G q in Gp) */
-        memcpy(p, c, (size_t)P * sizeof(double));
-        memcpy(Gp, Gc, (size_t)P * sizeof(double));
-        for (int q = 0; q < mem_len; q++) {
-            int idx = (mem_head - 1 - q + hist) % hist;
-            double a = s->rho[idx] * dual_vdot(P, s->GS + idx * P, p);
-            s->alph[idx] = a;
-            const double *Yi = s->Y + idx * P, *GYi = s->GY + idx * P;
-            for (int64_t k = 0; k < P; k++) { p[k] -= a * Yi[k]; Gp[k] -= a * GYi[k]; }
-        }
-        double gamma = 1.0;
-        if (mem_len > 0) {
-            int newest = (mem_head - 1 + hist) % hist;
-            double yhy;
-            if (r > 0) {
-                yhy = dual_yh0y(md, s->Y + newest * P, s->GY + newest * P);
-            } else {
-                yhy = dual_vdot(P, s->Y + newest * P, s->GY + newest * P);
-            }
-            if (yhy > 0.0) gamma = 1.0 / (s->rho[newest] * yhy);
-        }
-        if (r > 0) {
-            dual_h0(md, p, Gp, s->h, s->Gh);
-            for (int64_t k = 0; k < P; k++) { p[k] = gamma * s->h[k]; Gp[k] = gamma * s->Gh[k]; }
-        } else {
-            for (int64_t k = 0; k < P; k++) { p[k] *= gamma; Gp[k] *= gamma; }
-        }
-        for (int q = mem_len - 1; q >= 0; q--) {
-            int idx = (mem_head - 1 - q + hist) % hist;
-            double b = s->rho[idx] * dual_vdot(P, s->GY + idx * P, p);
-            double w = s->alph[idx] - b;
-            const double *Si = s->S + idx * P, *GSi = s->GS + idx * P;
-            for (int64_t k = 0; k < P; k++) { p[k] += w * Si[k]; Gp[k] += w * GSi[k]; }
-        }
-        for (int64_t k = 0; k < P; k++) { p[k] = -p[k]; Gp[k] = -Gp[k]; }
-        gp = dual_vdot(P, c, Gp);
-        alpha = 1.0;
-        if (!(gp < 0.0)) {
-            /* not a descent direction (possible for non-convex losses): restart from -g */
-            mem_len = 0;
-            for (int64_t k = 0; k < P; k++) { p[k] = -c[k]; Gp[k] = -Gc[k]; }
-            gp = -dual_vdot(P, c, Gc);
-            if (r == 0 && n_iter == 0) {
-                double gg = -gp;
-                alpha = gg > 1.0 ? 1.0 / sqrt(gg) : 1.0;
-            }
-        } else if (r == 0 && n_iter == 0) {
-            /* the first step without H0 of length at most 1, as the feature-space solver's */
-            double gg = dual_vdot(P, c, Gc);
-            alpha = gg > 1.0 ? 1.0 / sqrt(gg) : 1.0;
-        }
-        n_ls = 0;
-        /* line search: Armijo backtracking by the quadratic model, as the feature-space solver */
-        for (;;) {
-            for (int64_t k = 0; k < P; k++) { tht[k] = th[k] + alpha * p[k]; Gtht[k] = Gth[k] + alpha * Gp[k]; }
-            ft = dual_eval(md, tht, Gtht, ct);
-            n_eval++;
-            if (isfinite(ft) && ft <= f + 1e-4 * alpha * gp) break;
-            n_ls++;
-            if (n_ls > pb->max_ls) { status = DUAL_LINE_SEARCH; goto done; }
-            double a_new;
-            if (isfinite(ft)) {
-                double denom = 2.0 * (ft - f - gp * alpha);
-                a_new = denom > 0.0 ? -gp * alpha * alpha / denom : 0.5 * alpha;
-                if (a_new < 0.1 * alpha) a_new = 0.1 * alpha;
-                if (a_new > 0.5 * alpha) a_new = 0.5 * alpha;
-            } else {
-                a_new = 0.1 * alpha;
-            }
-            alpha = a_new;
-        }
-        /* accepted */
-        dual_gmul(md, ct, Gct);
-        {
-            double *Si = s->S + mem_head * P, *Yi = s->Y + mem_head * P;
-            double *GSi = s->GS + mem_head * P, *GYi = s->GY + mem_head * P;
-            for (int64_t k = 0; k < P; k++) {
-                Si[k] = tht[k] - th[k];
-                GSi[k] = Gtht[k] - Gth[k];
-                Yi[k] = ct[k] - c[k];
-                GYi[k] = Gct[k] - Gc[k];
-            }
-            double sy = dual_vdot(P, Si, GYi), yy = dual_vdot(P, Yi, GYi);
-            if (sy > 2.2e-16 * yy && sy > 0.0) {
-                s->rho[mem_head] = 1.0 / sy;
-                mem_head = (mem_head + 1) % hist;
-                if (mem_len < hist) mem_len++;
-            }
-        }
-        double f_old = f;
-        f = ft;
-        memcpy(th, tht, (size_t)P * sizeof(double));
-        memcpy(Gth, Gtht, (size_t)P * sizeof(double));
-        memcpy(c, ct, (size_t)P * sizeof(double));
-        memcpy(Gc, Gct, (size_t)P * sizeof(double));
-        n_iter++;
-        if (dual_converged(md, c, Gc, gtol_j, &watch)) { status = DUAL_CONVERGED; break; }
-        double denom = fabs(f_old);
-        if (fabs(ft) > denom) denom = fabs(ft);
-        if (denom < 1.0) denom = 1.0;
-        if (f_old - ft <= pb->ftol * denom) { status = DUAL_CONVERGED; break; }
-        if (n_iter >= pb->max_iter) { status = DUAL_MAX_ITER; break; }
-    }
-done:
-    {
-        /* the weights but X_S' alpha (the caller adds it for all models at once: one GEMM),
-         * and alpha */
-        double *out = s->acc + C * F;
-        dual_to_features(md, th, out, 0);
-        memcpy(coef, out, (size_t)(pb->D * C) * sizeof(double));
-        for (int64_t a = 0; a < t; a++)
-            for (int k = 0; k < C; k++) alpha_out[a * C + k] = th[k * m + a];
-    }
-    *n_iter_out = n_iter;
-    *status_out = status;
-    *fval_out = f;
-    *n_eval_out = n_eval;
-    return 0;
+#ifdef AFL_X86_CLONES
+    const char *isa = afl_gemm_isa();
+    if (strcmp(isa, "avx512") == 0) return AFL_DUAL_IMPL(_avx512);
+    if (strcmp(isa, "avx2") == 0) return AFL_DUAL_IMPL(_avx2);
+#endif
+    return AFL_DUAL_IMPL(_generic);
 }
 
 int afl_dual_train(const afl_dual_problem *pb, int64_t B, const int64_t *mptr, const int32_t *mrows,
                    const double *l2, const double *inv_n, double *coef, double *alpha, int32_t *n_iter,
                    int32_t *status, double *fval, int32_t *n_eval, int n_threads)
 {
-    static afl_dual_impl impl = {NULL, NULL, NULL, NULL, NULL, NULL};
-    if (!impl.matvec_sym) impl = afl_dual_pick();
+    static afl_dual_impl impl = {NULL, NULL, NULL};
+    if (!impl.train_model) impl = afl_dual_pick();
     if (pb->C > AFL_DUAL_MAX_OUT) return -2;
     const int r = pb->r > 0 ? pb->r : 0;
     int64_t t_max = 1;
@@ -759,7 +246,7 @@ int afl_dual_train(const afl_dual_problem *pb, int64_t B, const int64_t *mptr, c
             free(XU_all); free(UU_all); free(VU_all); free(Ut);
             return -1;
         }
-        dual_start_products(pb, &impl, coef, pb->n, NULL, r, Ut, XU_all, UU_all, VU_all);
+        impl.start_products(pb, coef, pb->n, NULL, r, Ut, XU_all, UU_all, VU_all);
         free(Ut);
     }
 #pragma omp parallel num_threads(n_threads) reduction(min:rc)
@@ -777,7 +264,6 @@ int afl_dual_train(const afl_dual_problem *pb, int64_t B, const int64_t *mptr, c
             if (!ok) continue;
             dual_model md;
             md.pb = pb;
-            md.im = &impl;
             md.s = &s;
             md.rows = mrows + mptr[j];
             md.t = mptr[j + 1] - mptr[j];
@@ -804,7 +290,7 @@ int afl_dual_train(const afl_dual_problem *pb, int64_t B, const int64_t *mptr, c
             md.XU_all = warm && XU_all ? XU_all : NULL;
             md.UU_all = UU_all;
             md.VU_all = VU_all;
-            dual_train_model(&md, cj, alpha + mptr[j] * pb->C, n_iter + j, status + j, fval + j, n_eval + j);
+            impl.train_model(&md, cj, alpha + mptr[j] * pb->C, n_iter + j, status + j, fval + j, n_eval + j);
         }
         free(U);
         free(dV);

@@ -22,6 +22,20 @@ static inline void AFL_CAT(dual_compress_row, AFL_SFX)(const float *row, int64_t
         pos += cnt;
     }
 }
+
+/* dual_compress_row with the chunks' output positions known (cum[q]: members before chunk q;
+ * out receives chunk q0's first member): no store waits for the previous chunk's count. */
+static inline void AFL_CAT(dual_compress_row_at, AFL_SFX)(const float *row, int64_t ldk, const uint16_t *cmask,
+                                                         const int64_t *cum, int64_t q0, int64_t q1, float *out)
+{
+    out -= cum[q0];
+    for (int64_t q = q0; q <= q1; q++) {
+        const __mmask16 mk = (__mmask16)cmask[q];
+        const __m512 v = q * 16 + 16 <= ldk ? _mm512_loadu_ps(row + q * 16) : _mm512_maskz_loadu_ps(mk, row + q * 16);
+        _mm512_mask_storeu_ps(out + cum[q], (__mmask16)((1u << (cum[q + 1] - cum[q])) - 1u),
+                              _mm512_maskz_compress_ps(mk, v));
+    }
+}
 #endif
 
 /* out[a * ld + b] = K[krows[a] * ldk + kcols[b]] for a < n_rows, b < t (zero in the pad up to
@@ -62,7 +76,12 @@ static void AFL_CAT(dual_gather_sym, AFL_SFX)(int64_t t, int64_t ld, const float
         const float *row = K + kcols[a] * ldk;
 #if AFL_DUAL_ISA == 2
         const int64_t qa = kcols[a] / 16;
-        AFL_CAT(dual_compress_row, AFL_SFX)(row, ldk, cmask, qa, kcols[t - 1] / 16, rowbuf + cum[qa]);
+        if (a + 1 < t) {
+            /* the next row's first cache lines (its start is not where this row's stream goes) */
+            const float *next = K + kcols[a + 1] * ldk + kcols[a + 1] / 16 * 16;
+            for (int u = 0; u < 4; u++) _mm_prefetch((const char *)(next + 16 * u), _MM_HINT_T0);
+        }
+        AFL_CAT(dual_compress_row_at, AFL_SFX)(row, ldk, cmask, cum, qa, kcols[t - 1] / 16, rowbuf + cum[qa]);
 #else
         (void)cmask;
         (void)cum;
@@ -78,6 +97,27 @@ static void AFL_CAT(dual_gather_sym, AFL_SFX)(int64_t t, int64_t ld, const float
     }
 }
 
+/* The sum of 16 float lanes in double, by a fixed tree (lane l + lane l + 8, then halves). */
+#if AFL_DUAL_ISA == 2
+static inline double AFL_CAT(dual_lanes_sum, AFL_SFX)(__m512 s)
+{
+    const __m512d d = _mm512_add_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(s)),
+                                    _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1))));
+    const __m256d h = _mm256_add_pd(_mm512_castpd512_pd256(d), _mm512_extractf64x4_pd(d, 1));
+    const __m128d q = _mm_add_pd(_mm256_castpd256_pd128(h), _mm256_extractf128_pd(h, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(q, _mm_unpackhi_pd(q, q)));
+}
+#elif AFL_DUAL_ISA == 1
+static inline double AFL_CAT(dual_lanes_sum, AFL_SFX)(__m256 lo, __m256 hi)
+{
+    const __m256d a = _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(lo)), _mm256_cvtps_pd(_mm256_castps256_ps128(hi)));
+    const __m256d b = _mm256_add_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(lo, 1)), _mm256_cvtps_pd(_mm256_extractf128_ps(hi, 1)));
+    const __m256d h = _mm256_add_pd(a, b);
+    const __m128d q = _mm_add_pd(_mm256_castpd256_pd128(h), _mm256_extractf128_pd(h, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(q, _mm_unpackhi_pd(q, q)));
+}
+#endif
+
 /* out[a] = sum_b K_ab v[b] from the packed upper triangle (dual_gather_sym; v zero from t to
  * ld): row a's entries serve its own dot product and, as the column, the rows after it (added
  * in float32 in blocks of 64 rows, each block's sums then in double), the diagonal apart.
@@ -90,12 +130,69 @@ static void AFL_CAT(dual_matvec_sym, AFL_SFX)(int64_t t, int64_t ld, const float
     int64_t off = 0;
     for (int64_t a0 = 0; a0 < t; a0 += 64) {
         const int64_t a1 = a0 + 64 < t ? a0 + 64 : t;
-        for (int64_t a = a0; a < a1; a++) {
+        int64_t a = a0;
+#if AFL_DUAL_ISA == 2
+        /* four rows a pass (rows 4q..4q+3 share their 16-block, so their stored length): v and
+         * accf read once for four rows, the column updates in row order as one row at a time */
+        for (; a + 4 <= a1; a += 4) {
+            const int64_t a16 = a / 16 * 16, L = ld - a16;
+            const float *r0p = packed + off, *r1p = r0p + L, *r2p = r1p + L, *r3p = r2p + L;
+            off += 4 * L;
+            __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+            const __m512 v0 = _mm512_set1_ps(v[a]), v1 = _mm512_set1_ps(v[a + 1]);
+            const __m512 v2 = _mm512_set1_ps(v[a + 2]), v3 = _mm512_set1_ps(v[a + 3]);
+            for (int64_t j = 0; j < L; j += 16) {
+                const __m512 r0 = _mm512_loadu_ps(r0p + j), r1 = _mm512_loadu_ps(r1p + j);
+                const __m512 r2 = _mm512_loadu_ps(r2p + j), r3 = _mm512_loadu_ps(r3p + j);
+                const __m512 vb = _mm512_loadu_ps(v + a16 + j);
+                s0 = _mm512_fmadd_ps(r0, vb, s0);
+                s1 = _mm512_fmadd_ps(r1, vb, s1);
+                s2 = _mm512_fmadd_ps(r2, vb, s2);
+                s3 = _mm512_fmadd_ps(r3, vb, s3);
+                __m512 acc = _mm512_loadu_ps(accf + a16 + j);
+                acc = _mm512_fmadd_ps(r0, v0, acc);
+                acc = _mm512_fmadd_ps(r1, v1, acc);
+                acc = _mm512_fmadd_ps(r2, v2, acc);
+                acc = _mm512_fmadd_ps(r3, v3, acc);
+                _mm512_storeu_ps(accf + a16 + j, acc);
+            }
+            const __m512 sq[4] = {s0, s1, s2, s3};
+            for (int u = 0; u < 4; u++)
+                out[a + u] = AFL_CAT(dual_lanes_sum, AFL_SFX)(sq[u]) + (double)diag[a + u] * (double)v[a + u];
+        }
+#elif AFL_DUAL_ISA == 1
+        for (; a + 4 <= a1; a += 4) {
+            const int64_t a16 = a / 16 * 16, L = ld - a16;
+            const float *rp[4] = {packed + off, packed + off + L, packed + off + 2 * L, packed + off + 3 * L};
+            off += 4 * L;
+            __m256 sl[4], sh[4], vv[4];
+            for (int u = 0; u < 4; u++) {
+                sl[u] = _mm256_setzero_ps();
+                sh[u] = _mm256_setzero_ps();
+                vv[u] = _mm256_set1_ps(v[a + u]);
+            }
+            for (int64_t j = 0; j < L; j += 16) {
+                const __m256 vl = _mm256_loadu_ps(v + a16 + j), vh = _mm256_loadu_ps(v + a16 + j + 8);
+                __m256 al = _mm256_loadu_ps(accf + a16 + j), ah = _mm256_loadu_ps(accf + a16 + j + 8);
+                for (int u = 0; u < 4; u++) {
+                    const __m256 rl = _mm256_loadu_ps(rp[u] + j), rh = _mm256_loadu_ps(rp[u] + j + 8);
+                    sl[u] = _mm256_fmadd_ps(rl, vl, sl[u]);
+                    sh[u] = _mm256_fmadd_ps(rh, vh, sh[u]);
+                    al = _mm256_fmadd_ps(rl, vv[u], al);
+                    ah = _mm256_fmadd_ps(rh, vv[u], ah);
+                }
+                _mm256_storeu_ps(accf + a16 + j, al);
+                _mm256_storeu_ps(accf + a16 + j + 8, ah);
+            }
+            for (int u = 0; u < 4; u++)
+                out[a + u] = AFL_CAT(dual_lanes_sum, AFL_SFX)(sl[u], sh[u]) + (double)diag[a + u] * (double)v[a + u];
+        }
+#endif
+        for (; a < a1; a++) {
             const int64_t a16 = a / 16 * 16, L = ld - a16;
             const float *row = packed + off;
             off += L;
             const float va = v[a];
-            float l0[16];
 #if AFL_DUAL_ISA == 2
             __m512 s0 = _mm512_setzero_ps();
             const __m512 vv = _mm512_set1_ps(va);
@@ -104,7 +201,7 @@ static void AFL_CAT(dual_matvec_sym, AFL_SFX)(int64_t t, int64_t ld, const float
                 s0 = _mm512_fmadd_ps(r, _mm512_loadu_ps(v + a16 + j), s0);
                 _mm512_storeu_ps(accf + a16 + j, _mm512_fmadd_ps(r, vv, _mm512_loadu_ps(accf + a16 + j)));
             }
-            _mm512_storeu_ps(l0, s0);
+            const double d0 = AFL_CAT(dual_lanes_sum, AFL_SFX)(s0);
 #elif AFL_DUAL_ISA == 1
             __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
             const __m256 vv = _mm256_set1_ps(va);
@@ -115,18 +212,18 @@ static void AFL_CAT(dual_matvec_sym, AFL_SFX)(int64_t t, int64_t ld, const float
                 _mm256_storeu_ps(accf + a16 + j, _mm256_fmadd_ps(r0, vv, _mm256_loadu_ps(accf + a16 + j)));
                 _mm256_storeu_ps(accf + a16 + j + 8, _mm256_fmadd_ps(r1, vv, _mm256_loadu_ps(accf + a16 + j + 8)));
             }
-            _mm256_storeu_ps(l0, s0);
-            _mm256_storeu_ps(l0 + 8, s1);
+            const double d0 = AFL_CAT(dual_lanes_sum, AFL_SFX)(s0, s1);
 #else
+            float l0[16];
             for (int l = 0; l < 16; l++) l0[l] = 0.0f;
             for (int64_t j = 0; j < L; j += 16)
                 for (int l = 0; l < 16; l++) {
                     l0[l] += row[j + l] * v[a16 + j + l];
                     accf[a16 + j + l] += row[j + l] * va;
                 }
-#endif
             double d0 = 0.0;
             for (int l = 0; l < 16; l++) d0 += l0[l];
+#endif
             out[a] = d0 + (double)diag[a] * (double)va;
         }
         for (int64_t b = a0; b < ld; b++) { outx[b] += (double)accf[b]; accf[b] = 0.0f; }
@@ -134,10 +231,37 @@ static void AFL_CAT(dual_matvec_sym, AFL_SFX)(int64_t t, int64_t ld, const float
     for (int64_t a = 0; a < t; a++) out[a] += outx[a];
 }
 
-/* acc[f] += a * x[f] for f < n (double sums of float features, in row order). */
-static void AFL_CAT(dual_axpy, AFL_SFX)(int64_t n, double a, const float *x, double *acc)
+/* acc[f] += sum_i c[i] x_i[f] for f < n over the nr rows x_i: float products and sums over
+ * blocks of DUAL_ROW_BLOCK rows (in row order; facc, n floats, holds a block's sums), each
+ * block's sum then added in double (the sgemm's convention).  Four rows a pass over facc:
+ * four sequential streams of X, facc read and written once for four rows. */
+#define DUAL_ROW_BLOCK 64
+static void AFL_CAT(dual_rows_product, AFL_SFX)(int64_t n, int64_t nr, const float *c, const float *const *x,
+                                                float *restrict facc, double *restrict acc)
 {
-    for (int64_t f = 0; f < n; f++) acc[f] += a * (double)x[f];
+    for (int64_t i0 = 0; i0 < nr; i0 += DUAL_ROW_BLOCK) {
+        const int64_t i1 = nr - i0 < DUAL_ROW_BLOCK ? nr : i0 + DUAL_ROW_BLOCK;
+        for (int64_t f = 0; f < n; f++) facc[f] = 0.0f;
+        int64_t i = i0;
+        for (; i + 4 <= i1; i += 4) {
+            const float *restrict x0 = x[i], *restrict x1 = x[i + 1], *restrict x2 = x[i + 2], *restrict x3 = x[i + 3];
+            const float c0 = c[i], c1 = c[i + 1], c2 = c[i + 2], c3 = c[i + 3];
+            for (int64_t f = 0; f < n; f++) {
+                float s = facc[f];
+                s += c0 * x0[f];
+                s += c1 * x1[f];
+                s += c2 * x2[f];
+                s += c3 * x3[f];
+                facc[f] = s;
+            }
+        }
+        for (; i < i1; i++) {
+            const float *restrict xi = x[i];
+            const float ci = c[i];
+            for (int64_t f = 0; f < n; f++) facc[f] += ci * xi[f];
+        }
+        for (int64_t f = 0; f < n; f++) acc[f] += (double)facc[f];
+    }
 }
 
 /* sum_f x[f] u[f] for f < n, in double. */
@@ -165,6 +289,11 @@ static double AFL_CAT(dual_ddot, AFL_SFX)(int64_t n, const double *a, const doub
     for (int l = 0; l < 8; l++) r += s[l];
     return r;
 }
+
+#define AFL_F(name) AFL_CAT(name, AFL_SFX)
+#include "afl_exp_impl.h"
+#undef AFL_F
+#include "afl_dual_model.h"
 
 #undef AFL_CAT
 #undef AFL_CAT2
