@@ -227,6 +227,16 @@ int afl_dual_train(const afl_dual_problem *pb, int64_t B, const int64_t *mptr, c
         local.XV = XVA;
         pb = &local;
     }
+    /* X V transposed (r x nk): each model gathers its rows' entries one column of V at a time */
+    double *XVt = malloc((size_t)(r * pb->nk + 1) * sizeof(double));
+    if (!XVt) {
+        free(KA); free(XVA); free(ident);
+        return -1;
+    }
+    for (int64_t i = 0; i < pb->nk; i++)
+        for (int q = 0; q < r; q++) XVt[q * pb->nk + i] = pb->XV[i * r + q];
+    local.XVt = XVt;
+    pb = &local;
     /* a warm start every model shares (a run's phases start all partitions from the last
      * phase's mean model): its products with the rows computed once, for all rows */
     const int64_t FC = (pb->D - 1) * pb->C;
@@ -244,6 +254,7 @@ int afl_dual_train(const afl_dual_problem *pb, int64_t B, const int64_t *mptr, c
         Ut = malloc((size_t)(FC + 1) * sizeof(double));
         if (!XU_all || !UU_all || !VU_all || !Ut) {
             free(XU_all); free(UU_all); free(VU_all); free(Ut);
+            free(KA); free(XVA); free(ident); free(XVt);
             return -1;
         }
         impl.start_products(pb, coef, pb->n, NULL, r, Ut, XU_all, UU_all, VU_all);
@@ -297,6 +308,6 @@ int afl_dual_train(const afl_dual_problem *pb, int64_t B, const int64_t *mptr, c
         free(s.block);
     }
     free(XU_all); free(UU_all); free(VU_all);
-    free(KA); free(XVA); free(ident);
+    free(KA); free(XVA); free(ident); free(XVt);
     return rc;
 }

@@ -67,6 +67,7 @@ typedef struct {
     int r;
     const double *V, *Vt, *XV, *sig;   /* Vt: V transposed (r x D - 1) */
     double sig_rest, s;
+    const double *XVt;       /* XV transposed (r x nk): set by afl_dual_train itself */
 } afl_dual_problem;
 
 /* Train the B models (model j: rows mrows[mptr[j] .. mptr[j + 1]) of X, increasing), each from

@@ -290,6 +290,78 @@ static double AFL_CAT(dual_ddot, AFL_SFX)(int64_t n, const double *a, const doub
     return r;
 }
 
+/* The rank-r part of a product with the basis' Gram matrix: g[a] += sum_i XVs[i][a] vV[i] (i
+ * in order) for a < t, and unless dots is NULL, dots[i] = sum_a XVs[i][a] v[a] (XVs: r rows of
+ * t).  With AVX-512 four rows of XVs a pass (8 lanes a dot, reduced by a fixed tree); else
+ * dual_ddot's order. */
+static void AFL_CAT(dual_rank_terms, AFL_SFX)(int64_t t, int r, const double *XVs, const double *v,
+                                              const double *vV, double *restrict g, double *restrict dots)
+{
+    int i = 0;
+#if AFL_DUAL_ISA == 2
+    const int64_t t8 = t / 8 * 8;
+    for (; i + 4 <= r; i += 4) {
+        const double *x0 = XVs + i * t, *x1 = x0 + t, *x2 = x1 + t, *x3 = x2 + t;
+        const __m512d w0 = _mm512_set1_pd(vV[i]), w1 = _mm512_set1_pd(vV[i + 1]);
+        const __m512d w2 = _mm512_set1_pd(vV[i + 2]), w3 = _mm512_set1_pd(vV[i + 3]);
+        __m512d s0 = _mm512_setzero_pd(), s1 = s0, s2 = s0, s3 = s0;
+        int64_t a = 0;
+        if (!dots) {
+            for (int64_t b = 0; b < t; b++) {
+                double z = g[b];
+                z += x0[b] * vV[i];
+                z += x1[b] * vV[i + 1];
+                z += x2[b] * vV[i + 2];
+                z += x3[b] * vV[i + 3];
+                g[b] = z;
+            }
+            continue;
+        }
+        for (; a < t8; a += 8) {
+            const __m512d va = _mm512_loadu_pd(v + a);
+            const __m512d y0 = _mm512_loadu_pd(x0 + a), y1 = _mm512_loadu_pd(x1 + a);
+            const __m512d y2 = _mm512_loadu_pd(x2 + a), y3 = _mm512_loadu_pd(x3 + a);
+            s0 = _mm512_fmadd_pd(y0, va, s0);
+            s1 = _mm512_fmadd_pd(y1, va, s1);
+            s2 = _mm512_fmadd_pd(y2, va, s2);
+            s3 = _mm512_fmadd_pd(y3, va, s3);
+            __m512d ga = _mm512_loadu_pd(g + a);
+            ga = _mm512_fmadd_pd(y0, w0, ga);
+            ga = _mm512_fmadd_pd(y1, w1, ga);
+            ga = _mm512_fmadd_pd(y2, w2, ga);
+            ga = _mm512_fmadd_pd(y3, w3, ga);
+            _mm512_storeu_pd(g + a, ga);
+        }
+        if (a < t) {
+            const __mmask8 mk = (__mmask8)((1u << (t - a)) - 1u);
+            const __m512d va = _mm512_maskz_loadu_pd(mk, v + a);
+            const __m512d y0 = _mm512_maskz_loadu_pd(mk, x0 + a), y1 = _mm512_maskz_loadu_pd(mk, x1 + a);
+            const __m512d y2 = _mm512_maskz_loadu_pd(mk, x2 + a), y3 = _mm512_maskz_loadu_pd(mk, x3 + a);
+            s0 = _mm512_fmadd_pd(y0, va, s0);
+            s1 = _mm512_fmadd_pd(y1, va, s1);
+            s2 = _mm512_fmadd_pd(y2, va, s2);
+            s3 = _mm512_fmadd_pd(y3, va, s3);
+            __m512d ga = _mm512_maskz_loadu_pd(mk, g + a);
+            ga = _mm512_fmadd_pd(y0, w0, ga);
+            ga = _mm512_fmadd_pd(y1, w1, ga);
+            ga = _mm512_fmadd_pd(y2, w2, ga);
+            ga = _mm512_fmadd_pd(y3, w3, ga);
+            _mm512_mask_storeu_pd(g + a, mk, ga);
+        }
+        dots[i] = _mm512_reduce_add_pd(s0);
+        dots[i + 1] = _mm512_reduce_add_pd(s1);
+        dots[i + 2] = _mm512_reduce_add_pd(s2);
+        dots[i + 3] = _mm512_reduce_add_pd(s3);
+    }
+#endif
+    for (; i < r; i++) {
+        const double *xr = XVs + i * t;
+        const double vi = vV[i];
+        for (int64_t a = 0; a < t; a++) g[a] += xr[a] * vi;
+        if (dots) dots[i] = AFL_CAT(dual_ddot, AFL_SFX)(t, xr, v);
+    }
+}
+
 #define AFL_F(name) AFL_CAT(name, AFL_SFX)
 #include "afl_exp_impl.h"
 #undef AFL_F

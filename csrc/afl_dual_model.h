@@ -15,11 +15,10 @@
 #define dual_watched DUAL_FN(dual_watched)
 #define dual_yh0y DUAL_FN(dual_yh0y)
 
+/* <a, b> over n doubles: dual_ddot's fixed order of 8 lanes. */
 static inline double dual_vdot(int64_t n, const double *a, const double *b)
 {
-    double s = 0.0;
-    for (int64_t k = 0; k < n; k++) s += a[k] * b[k];
-    return s;
+    return DUAL_FN(dual_ddot)(n, a, b);
 }
 
 /* The start's products: XU (t x C) = X_rows U, UU = U'U, VU = V'U (r x C), with U (D - 1 x C,
@@ -55,19 +54,20 @@ static void dual_gmul(const dual_model *md, const double *v, double *Gv)
         DUAL_FN(dual_matvec_sym)(t, ld, s->Kss, s->diag, s->vf, s->accf, s->outx, s->mv);
         for (int64_t a = 0; a < t; a++) gk[a] = s->mv[a];
         /* XVs is r x t (column i of X_S V in row i) */
-        for (int i = 0; i < r; i++) {
-            const double *xr = s->XVs + i * t;
-            const double vi = vk[oV + i];
-            for (int64_t a = 0; a < t; a++) gk[a] += xr[a] * vi;
-            gk[oV + i] = vk[oV + i] + DUAL_FN(dual_ddot)(t, xr, vk);
-        }
+        DUAL_FN(dual_rank_terms)(t, r, s->XVs, vk, vk + oV, gk, gk + oV);
+        for (int i = 0; i < r; i++) gk[oV + i] += vk[oV + i];
         for (int l = 0; l < C; l++) gk[oU + l] = 0.0;
-        if (md->U)
+        if (md->U && C == 1) {
+            const double u = vk[oU];
+            for (int64_t a = 0; a < t; a++) gk[a] += s->XU[a] * u;
+            gk[oU] = DUAL_FN(dual_ddot)(t, s->XU, vk);
+        } else if (md->U) {
             for (int64_t a = 0; a < t; a++)
                 for (int l = 0; l < C; l++) {
                     gk[a] += s->XU[a * C + l] * vk[oU + l];
                     gk[oU + l] += s->XU[a * C + l] * vk[a];
                 }
+        }
         if (md->U) {
             for (int i = 0; i < r; i++)
                 for (int l = 0; l < C; l++) {
@@ -101,11 +101,7 @@ static void dual_h0(const dual_model *md, const double *v, const double *Gv, dou
             ok[oV + i] += delta[i];
             Ok[oV + i] += delta[i];
         }
-        for (int i = 0; i < r; i++) {
-            const double *xr = s->XVs + i * t;
-            const double di = delta[i];
-            for (int64_t a = 0; a < t; a++) Ok[a] += xr[a] * di;
-        }
+        DUAL_FN(dual_rank_terms)(t, r, s->XVs, NULL, delta, Ok, NULL);
         if (md->U)
             for (int l = 0; l < C; l++) {
                 double z = 0.0;
@@ -382,8 +378,10 @@ static int dual_train_model(dual_model *md, double *coef, double *alpha_out, int
     s->cum[0] = 0;
     for (int64_t q = 0; q < nchunk; q++) s->cum[q + 1] = s->cum[q] + __builtin_popcount((unsigned)s->cmask[q]);
     DUAL_FN(dual_gather_sym)(t, md->ld, pb->K, pb->ldk, s->kcol, s->cmask, s->cum, s->rowbuf, s->Kss, s->diag);
-    for (int64_t a = 0; a < t; a++)
-        for (int i = 0; i < r; i++) s->XVs[i * t + a] = pb->XV[s->kcol[a] * r + i];
+    for (int i = 0; i < r; i++) {
+        const double *xv = pb->XVt + i * pb->nk;
+        for (int64_t a = 0; a < t; a++) s->XVs[i * t + a] = xv[s->kcol[a]];
+    }
     for (int64_t a = 0; a < t; a++) s->ysg[a] = pb->y[md->rows[a]] == 0 ? -1.0 : 1.0;
     if (md->U) {
         if (md->XU_all) {   /* the start every model of the call shares: its products computed once */
