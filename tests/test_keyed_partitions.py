@@ -127,10 +127,17 @@ def test_old_checkpoints_are_refused_naming_the_version(tmp_path):
 
 
 def test_seeds_of_a_phase_at_once_are_each_partitions_seed():
-    for entropy in (0, 12345, 2**63 - 7):
-        seeds = partitions.key_seeds(entropy, (partitions.PARTITION_TAG, 3), 9)
-        assert seeds.dtype == np.uint64
-        assert list(seeds) == [partitions.key_seed(entropy, partitions.PARTITION_TAG, 3, j) for j in range(9)]
+    # key_seeds is a compiled copy of SeedSequence's mixing: NumPy's values for entropies and
+    # spawn keys of one word and of several (ints above 2**32), none, and zero children
+    for entropy in (0, 1, 12345, 2**32 - 1, 2**32, 2**63 - 7, 2**64 + 3, 12345678901234567890123):
+        for words in ((partitions.PARTITION_TAG, 3), (partitions.PARTITION_TAG, 0), (), (0,), (2**33, 5, 6),
+                      (1, 2, 3, 4, 5)):
+            for count in (0, 1, 9, 70):
+                seeds = partitions.key_seeds(entropy, words, count)
+                assert seeds.dtype == np.uint64 and seeds.shape == (count,)
+                assert list(seeds) == [partitions.key_seed(entropy, *words, j) for j in range(count)]
+    with pytest.raises(ValueError, match="non-negative"):
+        partitions.key_seeds(-1, (partitions.PARTITION_TAG, 3), 2)
 
 
 

@@ -223,3 +223,62 @@ def taken_positions(const uint8_t[:, ::1] taken, const int64_t[::1] group_of, in
                     c += 1
             cnt[j] = c
     return counts
+
+
+# SeedSequence's constants (numpy.random.SeedSequence, after M. E. O'Neill's seed_seq_fe)
+cdef uint32_t _INIT_A = 0x43b0d7e5, _MULT_A = 0x931e8875, _INIT_B = 0x8b51f9dd, _MULT_B = 0x58f38ded
+cdef uint32_t _MIX_MULT_L = 0xca01f9dd, _MIX_MULT_R = 0x4973f715
+
+
+cdef inline uint32_t _hashmix(uint32_t value, uint32_t *hash_const) noexcept nogil:
+    value ^= hash_const[0]
+    hash_const[0] *= _MULT_A
+    value *= hash_const[0]
+    return value ^ (value >> 16)
+
+
+cdef inline uint32_t _mix(uint32_t x, uint32_t y) noexcept nogil:
+    cdef uint32_t r = _MIX_MULT_L * x - _MIX_MULT_R * y
+    return r ^ (r >> 16)
+
+
+def seed_children(const uint32_t[::1] prefix, uint64_t[::1] out):
+    """``out[j] = SeedSequence(...).spawn(len(out))[j].generate_state(1, np.uint64)[0]`` for the
+    parent whose assembled entropy (its entropy's 32-bit words, padded with zeros to the pool
+    of 4 words, then its spawn key's words) is ``prefix``: child j's entropy is ``prefix``
+    followed by j's words (j < 2**32: one word).  SeedSequence's mixing (pool of 4 words) and
+    its state generation, compiled: the same values, without a Python object per child."""
+    cdef Py_ssize_t m = out.shape[0], L = prefix.shape[0] + 1, j, i, i_src, i_dst
+    cdef uint32_t mixer[4]
+    cdef uint32_t hc, w, lo, hi
+    if m > 0 and <uint64_t>(m - 1) >> 32:
+        raise ValueError("seed_children: at most 2**32 children")
+    with nogil:
+        for j in range(m):
+            hc = _INIT_A
+            for i in range(4):
+                if i < L - 1:
+                    w = prefix[i]
+                elif i == L - 1:
+                    w = <uint32_t>j
+                else:
+                    w = 0
+                mixer[i] = _hashmix(w, &hc)
+            for i_src in range(4):
+                for i_dst in range(4):
+                    if i_src != i_dst:
+                        mixer[i_dst] = _mix(mixer[i_dst], _hashmix(mixer[i_src], &hc))
+            for i_src in range(4, L):
+                w = prefix[i_src] if i_src < L - 1 else <uint32_t>j
+                for i_dst in range(4):
+                    mixer[i_dst] = _mix(mixer[i_dst], _hashmix(w, &hc))
+            hc = _INIT_B
+            lo = mixer[0] ^ hc
+            hc *= _MULT_B
+            lo *= hc
+            lo ^= lo >> 16
+            hi = mixer[1] ^ hc
+            hc *= _MULT_B
+            hi *= hc
+            hi ^= hi >> 16
+            out[j] = <uint64_t>lo | (<uint64_t>hi << 32)
