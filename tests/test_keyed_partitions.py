@@ -156,8 +156,10 @@ def _group_draws_by_definition(entropy, phase, train_size, n_partitions, groups)
     return out
 
 
-@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("seed", range(40))
 def test_compiled_group_draws_are_the_definitions(seed):
+    # the compiled draw selects the prefix (partitions around pivots, sizes summed per side)
+    # instead of sorting: layouts of groups of 1 to 5 rows on average, of 50 to 2,500 rows
     rng = np.random.default_rng(seed)
     n = int(rng.integers(50, 2500))
     groups = rng.integers(0, max(2, n // int(rng.integers(1, 6))), size=n)

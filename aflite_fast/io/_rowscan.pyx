@@ -111,42 +111,61 @@ cdef inline bint _before(const _keyed *x, const _keyed *y) noexcept nogil:
     return x.key < y.key or (x.key == y.key and x.index < y.index)
 
 
-cdef void _sort_keyed(_keyed *a, Py_ssize_t n) noexcept nogil:
-    """Sort by (key, index), a strict total order (indices are distinct), so the result is the
-    one order whatever the algorithm: quicksort (median of three) down to runs of 16, then
-    insertion sort, comparisons inlined (qsort's calls through a pointer cost three times as
-    much here)."""
-    cdef Py_ssize_t lo = 0, hi = n - 1, i, j, mid, top = 0
-    cdef Py_ssize_t stack[128]
+cdef Py_ssize_t _take_prefix(_keyed *a, Py_ssize_t n, const int64_t *sizes, int64_t need,
+                             uint8_t *taken, int64_t *total) noexcept nogil:
+    """Mark in ``taken`` the shortest prefix of a[0..n) in (key, index) order whose sizes
+    (``sizes[index]``) sum to at least ``need`` (all n if they fall short); returns its length,
+    its size sum in ``total``.  A selection, not a sort: each round partitions the undecided
+    range around a median of three and keeps only the side the prefix ends in,
+    everything before it taken whole; the last 16 or fewer are ordered by insertion.  (key,
+    index) is a strict total order (indices are distinct), so the prefix is the sorted
+    prefix's, whatever the pivots; comparisons inlined (qsort's calls through a pointer cost
+    three times as much here)."""
+    cdef Py_ssize_t lo = 0, hi = n - 1, i, j, mid, k, count = 0
+    cdef int64_t left
     cdef _keyed pivot, tmp
-    while True:
-        while hi - lo > 16:
-            mid = lo + (hi - lo) // 2
-            if _before(&a[mid], &a[lo]):
-                tmp = a[mid]; a[mid] = a[lo]; a[lo] = tmp
-            if _before(&a[hi], &a[lo]):
-                tmp = a[hi]; a[hi] = a[lo]; a[lo] = tmp
-            if _before(&a[hi], &a[mid]):
-                tmp = a[hi]; a[hi] = a[mid]; a[mid] = tmp
-            pivot = a[mid]
-            i = lo
-            j = hi
-            while i <= j:
-                while _before(&a[i], &pivot):
-                    i += 1
-                while _before(&pivot, &a[j]):
-                    j -= 1
-                if i <= j:
-                    tmp = a[i]; a[i] = a[j]; a[j] = tmp
-                    i += 1
-                    j -= 1
-            # the larger side waits on the stack, the smaller is done first (depth <= log2 n)
-            if j - lo < hi - i:
-                stack[top] = i; stack[top + 1] = hi; top += 2
-                hi = j
-            else:
-                stack[top] = lo; stack[top + 1] = j; top += 2
-                lo = i
+    total[0] = 0
+    while hi - lo > 16 and need > 0:
+        mid = lo + (hi - lo) // 2
+        if _before(&a[mid], &a[lo]):
+            tmp = a[mid]; a[mid] = a[lo]; a[lo] = tmp
+        if _before(&a[hi], &a[lo]):
+            tmp = a[hi]; a[hi] = a[lo]; a[lo] = tmp
+        if _before(&a[hi], &a[mid]):
+            tmp = a[hi]; a[hi] = a[mid]; a[mid] = tmp
+        pivot = a[mid]
+        i = lo
+        j = hi
+        while i <= j:
+            while _before(&a[i], &pivot):
+                i += 1
+            while _before(&pivot, &a[j]):
+                j -= 1
+            if i <= j:
+                tmp = a[i]; a[i] = a[j]; a[j] = tmp
+                i += 1
+                j -= 1
+        # a[lo..j] < a[j+1..i-1] (the pivot, or nothing) < a[i..hi]
+        left = 0
+        for k in range(lo, j + 1):
+            left += sizes[a[k].index]
+        if left >= need:
+            hi = j
+            continue
+        for k in range(lo, j + 1):
+            taken[a[k].index] = 1
+        count += j + 1 - lo
+        total[0] += left
+        need -= left
+        for k in range(j + 1, i):
+            if need <= 0:
+                break
+            taken[a[k].index] = 1
+            count += 1
+            total[0] += sizes[a[k].index]
+            need -= sizes[a[k].index]
+        lo = i
+    if need > 0 and hi >= lo:
         for i in range(lo + 1, hi + 1):
             tmp = a[i]
             j = i - 1
@@ -154,11 +173,14 @@ cdef void _sort_keyed(_keyed *a, Py_ssize_t n) noexcept nogil:
                 a[j + 1] = a[j]
                 j -= 1
             a[j + 1] = tmp
-        if top == 0:
-            break
-        top -= 2
-        lo = stack[top]
-        hi = stack[top + 1]
+        k = lo
+        while k <= hi and need > 0:
+            taken[a[k].index] = 1
+            count += 1
+            total[0] += sizes[a[k].index]
+            need -= sizes[a[k].index]
+            k += 1
+    return count
 
 
 def group_prefixes(const uint64_t[::1] seeds, const int64_t[::1] codes, const int64_t[::1] sizes,
@@ -194,13 +216,10 @@ def group_prefixes(const uint64_t[::1] seeds, const int64_t[::1] codes, const in
                     for g in range(G):
                         buf[g].key = _splitmix(seeds[j], <uint64_t>codes[g])
                         buf[g].index = g
-                _sort_keyed(buf, n_cand)
-                total = 0
-                n = 0
-                while n < n_cand and total < train_size:
-                    total += sizes[buf[n].index]
-                    taken[j, buf[n].index] = 1
-                    n += 1
+                if G == 0:
+                    cnt[j] = 0
+                    continue
+                n = _take_prefix(buf, n_cand, &sizes[0], train_size, &taken[j, 0], &total)
                 cnt[j] = n if total >= train_size else G
     finally:
         free(buf)
