@@ -299,3 +299,20 @@ def test_sparse_object_and_ragged_X(problem):
         aflite(X[:, 0], y, **KW)
     with pytest.raises(ValueError, match=r"0 feature\(s\)"):
         aflite(X[:, :0], y, **KW)
+
+
+def test_compact_rows_moves_the_kept_rows_down_in_order():
+    # the workspace's in-place compaction (compiled for float32 rows, NumPy slices otherwise):
+    # row keep[i] to row i, runs of consecutive rows and isolated ones, empty and full keeps
+    from aflite_fast.phase.gather import compact_rows
+
+    rng = np.random.default_rng(0)
+    for dtype in (np.float32, np.float64):
+        for _ in range(100):
+            n, w = int(rng.integers(1, 60)), int(rng.integers(1, 40))
+            full = rng.standard_normal((n, w)).astype(dtype)
+            keep = np.sort(rng.choice(n, int(rng.integers(0, n + 1)), replace=False))
+            want = full[keep].copy()
+            out = compact_rows(full, keep)
+            assert out is full
+            np.testing.assert_array_equal(full[:keep.size], want)

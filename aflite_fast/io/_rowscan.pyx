@@ -8,7 +8,7 @@ None allocates anything the size of X.
 import numpy as np
 
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
-from libc.string cimport memset
+from libc.string cimport memmove, memset
 from libc.stdlib cimport free, malloc
 
 ctypedef fused bits_t:
@@ -301,3 +301,22 @@ def seed_children(const uint32_t[::1] prefix, uint64_t[::1] out):
             hi *= hc
             hi ^= hi >> 16
             out[j] = <uint64_t>lo | (<uint64_t>hi << 32)
+
+
+def compact_float_rows(float[:, ::1] full, const int64_t[::1] keep):
+    """Move row ``keep[i]`` of ``full`` to row i for every i, in place (``keep`` increasing, so
+    ``keep[i] >= i``): runs of consecutive rows by one memmove each, in increasing order, so no
+    row is overwritten before it has moved."""
+    cdef Py_ssize_t n = keep.shape[0], w = full.shape[1], i = 0, j
+    if n == 0:
+        return
+    if keep[0] < 0 or keep[n - 1] >= full.shape[0]:
+        raise IndexError("compact_float_rows: a kept row lies outside the array")
+    with nogil:
+        while i < n:
+            j = i + 1
+            while j < n and keep[j] == keep[j - 1] + 1:
+                j += 1
+            if keep[i] != i:
+                memmove(&full[i, 0], &full[keep[i], 0], <size_t>((j - i) * w) * sizeof(float))
+            i = j
