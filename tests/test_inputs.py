@@ -316,3 +316,25 @@ def test_compact_rows_moves_the_kept_rows_down_in_order():
             out = compact_rows(full, keep)
             assert out is full
             np.testing.assert_array_equal(full[:keep.size], want)
+
+
+def test_member_rows_and_their_scatter_follow_the_membership_matrix():
+    from aflite_fast.io import _rowscan
+
+    rng = np.random.default_rng(1)
+    for n, m in ((1, 1), (37, 5), (300, 64)):
+        member = (rng.random((n, m)) < 0.5).astype(np.uint8)
+        mptr = np.empty(m + 1, dtype=np.int64)
+        mrows = np.empty(int(member.sum()), dtype=np.int32)
+        _rowscan.member_rows(member, mptr, mrows)
+        for j in range(m):
+            np.testing.assert_array_equal(mrows[mptr[j]:mptr[j + 1]], np.flatnonzero(member[:, j]))
+        values = rng.standard_normal((mrows.size, 2))
+        out = np.full((n, 2 * m), 7.0, dtype=np.float32)
+        _rowscan.scatter_member_values(values, mptr, mrows, out)
+        want = np.full((n, 2 * m), 7.0, dtype=np.float32)
+        for j in range(m):
+            want[mrows[mptr[j]:mptr[j + 1]], 2 * j:2 * j + 2] = values[mptr[j]:mptr[j + 1]]
+        np.testing.assert_array_equal(out, want)
+    with pytest.raises(ValueError, match="mrows holds"):
+        _rowscan.member_rows(np.ones((3, 2), dtype=np.uint8), np.empty(3, dtype=np.int64), np.empty(5, dtype=np.int32))

@@ -21,6 +21,7 @@ from aflite_fast.core.compiled import _kernel
 from aflite_fast.core.layout import COL_BLOCK, block_bounds
 from aflite_fast.core.losses import _LOSS_FORWARD, resolve_loss
 from aflite_fast.core.reference_class import from_reference, to_reference
+from aflite_fast.io import _rowscan
 from aflite_fast.runtime.threads import limit_blas_threads, limit_threads
 
 #: Largest X (rows) whose phases train in the row space: its Gram matrix (float32, 16 MB) and
@@ -181,7 +182,11 @@ def train_models_row_space(Xa, y, member, n_classes, gram, krow, *, C=1.0, loss=
     if spec.code == _LOSS_FORWARD:
         raise ValueError("the row-space solver does not take the forward-corrected loss")
     coef = starting_point(coef, B, D, n_classes)
-    counts = member.sum(axis=0, dtype=np.int64)
+    # each model's rows (increasing) in one compiled pass over member
+    mptr = np.empty(B + 1, dtype=np.int64)
+    mrows = np.empty(int(np.count_nonzero(member)), dtype=np.int32)
+    _rowscan.member_rows(np.ascontiguousarray(member, dtype=np.uint8), mptr, mrows)
+    counts = np.diff(mptr)
     if np.any(counts == 0):
         raise ValueError("every model needs at least one training row")
     if getattr(spec, "warmup", None) is not None:
@@ -191,9 +196,6 @@ def train_models_row_space(Xa, y, member, n_classes, gram, krow, *, C=1.0, loss=
                                               C=C, loss=spec.warmup, coef=np.ascontiguousarray(coef[cold]),
                                               options=options, n_threads=n_threads, precond=precond)
             coef[cold] = start
-    mptr = np.zeros(B + 1, dtype=np.int64)
-    np.cumsum(counts, out=mptr[1:])
-    mrows = np.nonzero(np.ascontiguousarray(member.T))[1].astype(np.int32)
     l2 = 1.0 / (float(C) * counts)
     inv_n = 1.0 / counts.astype(np.float64)
     n_out = n_classes - 1
@@ -214,9 +216,7 @@ def train_models_row_space(Xa, y, member, n_classes, gram, krow, *, C=1.0, loss=
     # every model's X_rows' alpha at once: the rows' coefficients scattered into an n x B C matrix,
     # one deterministic GEMM (float32 products, double sums per block of rows)
     A = np.zeros((n, B * n_out), dtype=np.float32)
-    model = np.repeat(np.arange(B, dtype=np.int64), counts)
-    for k in range(n_out):
-        A[mrows, model * n_out + k] = alpha[:, k]
+    _rowscan.scatter_member_values(alpha, mptr, mrows, A)
     XW = np.zeros((_padded_width(Xa), B * n_out), dtype=np.float64)
     with limit_blas_threads():
         _kernel.sgemm(True, _padded_view(Xa), A, XW, block_bounds(n, _GEMM_ROW_BLOCK), False, n_threads)

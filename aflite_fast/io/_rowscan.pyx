@@ -7,7 +7,7 @@ None allocates anything the size of X.
 """
 import numpy as np
 
-from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memmove, memset
 from libc.stdlib cimport free, malloc
 
@@ -75,6 +75,54 @@ def membership_matrix(const int64_t[:, :] train_positions, int64_t n_rows, uint8
                     out[pos, j] = 1
     if bad >= 0:
         raise IndexError(f"membership_matrix: position {bad} beyond {n_rows} rows")
+
+
+def member_rows(const uint8_t[:, ::1] member, int64_t[::1] mptr, int32_t[::1] mrows):
+    """The rows of each model of ``member`` (n, m; nonzero: row i trains model j): model j's
+    rows, increasing, at ``mrows[mptr[j]:mptr[j + 1]]``, with ``mptr`` (m + 1) the running
+    counts.  ``mrows`` must hold every membership (the nonzero count of ``member``)."""
+    cdef Py_ssize_t n = member.shape[0], m = member.shape[1], i, j
+    cdef int64_t total
+    if mptr.shape[0] != m + 1:
+        raise ValueError(f"member_rows: mptr must have {m + 1} entries")
+    with nogil:
+        for j in range(m + 1):
+            mptr[j] = 0
+        for i in range(n):
+            for j in range(m):
+                if member[i, j]:
+                    mptr[j + 1] += 1
+        for j in range(m):
+            mptr[j + 1] += mptr[j]
+    total = mptr[m]
+    if mrows.shape[0] < total:
+        raise ValueError(f"member_rows: mrows holds {mrows.shape[0]} entries, the memberships are {total}")
+    cdef int64_t[::1] at = np.array(mptr[:m], dtype=np.int64)
+    with nogil:
+        for i in range(n):
+            for j in range(m):
+                if member[i, j]:
+                    mrows[at[j]] = <int32_t>i
+                    at[j] += 1
+
+
+def scatter_member_values(const double[:, ::1] values, const int64_t[::1] mptr, const int32_t[::1] mrows,
+                          float[:, ::1] out):
+    """``out[mrows[p], j * C + k] = values[p, k]`` for every membership p of model j (p in
+    ``mptr[j]:mptr[j + 1]``), C = ``values.shape[1]``; the rest of ``out`` (n, m C) is left
+    as it is."""
+    cdef Py_ssize_t m = mptr.shape[0] - 1, C = values.shape[1], j, k
+    cdef int64_t p
+    if out.shape[1] != m * C or values.shape[0] < mptr[m]:
+        raise ValueError("scatter_member_values: out must have m * C columns and values a row per membership")
+    for p in range(mptr[m]):
+        if mrows[p] < 0 or mrows[p] >= out.shape[0]:
+            raise IndexError(f"scatter_member_values: row {mrows[p]} outside out")
+    with nogil:
+        for j in range(m):
+            for p in range(mptr[j], mptr[j + 1]):
+                for k in range(C):
+                    out[mrows[p], j * C + k] = <float>values[p, k]
 
 
 cdef inline uint64_t _splitmix(uint64_t seed, uint64_t i) noexcept nogil:
