@@ -25,13 +25,20 @@
  *     sqrt(D C) ||g||_inf.
  *  C. A model's K_SS is gathered once into the thread's scratch as its upper triangle (about
  *     t^2 / 2 floats; row a of K read from the model's row a on), and a product reads each
- *     stored entry once, for its row's dot product (16 float lanes, added in double in order)
- *     and, as the column, for the rows after it (float sums over blocks of 64 rows, then in
- *     double): a fixed order, so no bit depends on the thread count or on which other models
- *     the call holds.  When the call's rows are a subset of K's, their block of K is copied out
- *     once first (each model's gather then reads rows of n floats, not nk).  The weights come
- *     back in the feature space: U beta and the intercept here, X_S' alpha by the caller (one
- *     GEMM for all models).  Reproducible per instruction set, as the member pass is.
+ *     stored entry once, for its row's dot product (16 float lanes, added in double by a fixed
+ *     tree) and, as the column, for the rows after it (float sums over blocks of 64 rows, then
+ *     in double; four rows a pass on AVX-512 and AVX2): a fixed order, so no bit depends on the
+ *     thread count or on which other models the call holds.  When the call's rows are a subset
+ *     of K's, their block of K is copied out once first (each model's gather then reads rows of
+ *     n floats, not nk).  The weights come back in the feature space: U beta and the intercept
+ *     here, X_S' alpha by the caller (one GEMM for all models).
+ *  D. The whole model's solver (afl_dual_model.h) is compiled once per instruction set, as the
+ *     member pass is, and reproducible per instruction set: its vector loops use the target's
+ *     lanes (and fused multiply-adds where it has them), its inner products dual_ddot's 8
+ *     lanes; the exact gradient's t x D product (the stopping check) sums float products over
+ *     blocks of 64 rows in double, the GEMM's convention; the binary cross-entropy takes its
+ *     exps from exp_nonpositive (afl_exp_impl.h) and its logs as one log of the product of the
+ *     rows' 1 + e, as the member pass's cross-entropy.
  */
 #ifndef AFL_DUAL_H
 #define AFL_DUAL_H

@@ -1,7 +1,7 @@
 /* The inner loops of afl_dual.c, compiled once per instruction set (AFL_SFX, AFL_VL lanes of
- * floats): included by afl_dual.c under each target.  The order of every sum is fixed by the
- * code (AFL_VL lane accumulators, reduced in lane order), so a model's bits do not depend on
- * the thread that trains it. */
+ * floats): included by afl_dual.c under each target, followed by the model's solver that calls
+ * them (afl_dual_model.h).  The order of every sum is fixed by the code (lane accumulators
+ * reduced in a fixed order), so a model's bits do not depend on the thread that trains it. */
 #define AFL_CAT2(a, b) a##b
 #define AFL_CAT(a, b) AFL_CAT2(a, b)
 
@@ -97,7 +97,8 @@ static void AFL_CAT(dual_gather_sym, AFL_SFX)(int64_t t, int64_t ld, const float
     }
 }
 
-/* The sum of 16 float lanes in double, by a fixed tree (lane l + lane l + 8, then halves). */
+/* The sum of 16 float lanes in double, by a fixed tree (lane l + lane l + 8, then halves; on
+ * AVX2 the lanes of two 8-float halves). */
 #if AFL_DUAL_ISA == 2
 static inline double AFL_CAT(dual_lanes_sum, AFL_SFX)(__m512 s)
 {
@@ -119,10 +120,12 @@ static inline double AFL_CAT(dual_lanes_sum, AFL_SFX)(__m256 lo, __m256 hi)
 #endif
 
 /* out[a] = sum_b K_ab v[b] from the packed upper triangle (dual_gather_sym; v zero from t to
- * ld): row a's entries serve its own dot product and, as the column, the rows after it (added
- * in float32 in blocks of 64 rows, each block's sums then in double), the diagonal apart.
- * accf (ld floats) and outx (ld doubles) are scratch.  A fixed order: no bit depends on the
- * thread. */
+ * ld): row a's entries serve its own dot product (16 float lanes; with AVX-512 or AVX2 summed
+ * in double by dual_lanes_sum, else in lane order) and, as the column, the rows after it
+ * (added in float32 in row order in blocks of 64 rows, each block's sums then in double), the
+ * diagonal apart; with AVX-512 or AVX2 four rows a pass (v and the column sums read once for
+ * four rows).  accf (ld floats) and outx (ld doubles) are scratch.  A fixed order: no bit
+ * depends on the thread. */
 static void AFL_CAT(dual_matvec_sym, AFL_SFX)(int64_t t, int64_t ld, const float *packed, const float *diag,
                                                const float *v, float *accf, double *outx, double *out)
 {
