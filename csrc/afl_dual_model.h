@@ -49,10 +49,19 @@ static void dual_gmul(const dual_model *md, const double *v, double *Gv)
     for (int k = 0; k < C; k++) {
         const double *vk = v + k * m;
         double *gk = Gv + k * m;
-        for (int64_t b = 0; b < t; b++) s->vf[b] = (float)vk[b];
+        int rows_zero = 1;
+        for (int64_t b = 0; b < t; b++) {
+            s->vf[b] = (float)vk[b];
+            rows_zero &= vk[b] == 0.0;
+        }
         for (int64_t b = t; b < ld; b++) s->vf[b] = 0.0f;
-        DUAL_FN(dual_matvec_sym)(t, ld, s->Kss, s->diag, s->vf, s->accf, s->outx, s->mv);
-        for (int64_t a = 0; a < t; a++) gk[a] = s->mv[a];
+        if (rows_zero) {
+            /* a warm start (no weight on the rows yet): K_SS 0 is 0, without reading K_SS */
+            for (int64_t a = 0; a < t; a++) gk[a] = 0.0;
+        } else {
+            DUAL_FN(dual_matvec_sym)(t, ld, s->Kss, s->diag, s->vf, s->accf, s->outx, s->mv);
+            for (int64_t a = 0; a < t; a++) gk[a] = s->mv[a];
+        }
         /* XVs is r x t (column i of X_S V in row i) */
         DUAL_FN(dual_rank_terms)(t, r, s->XVs, vk, vk + oV, gk, gk + oV);
         for (int i = 0; i < r; i++) gk[oV + i] += vk[oV + i];
