@@ -8,7 +8,7 @@ None allocates anything the size of X.
 import numpy as np
 
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
-from libc.string cimport memmove, memset
+from libc.string cimport memcpy, memmove, memset
 from libc.stdlib cimport free, malloc
 
 ctypedef fused bits_t:
@@ -80,9 +80,14 @@ def membership_matrix(const int64_t[:, :] train_positions, int64_t n_rows, uint8
 def member_rows(const uint8_t[:, ::1] member, int64_t[::1] mptr, int32_t[::1] mrows):
     """The rows of each model of ``member`` (n, m; nonzero: row i trains model j): model j's
     rows, increasing, at ``mrows[mptr[j]:mptr[j + 1]]``, with ``mptr`` (m + 1) the running
-    counts.  ``mrows`` must hold every membership (the nonzero count of ``member``)."""
+    counts.  ``mrows`` must hold every membership (the nonzero count of ``member``).
+
+    Branch-free (a membership is a coin flip, so a branch on it is mispredicted half the time):
+    each column is written as every row index in turn, the position advancing past members
+    only, into a scratch of one more entry (the last column's last write lands there)."""
     cdef Py_ssize_t n = member.shape[0], m = member.shape[1], i, j
-    cdef int64_t total
+    cdef int64_t total, p
+    cdef int32_t *tmp
     if mptr.shape[0] != m + 1:
         raise ValueError(f"member_rows: mptr must have {m + 1} entries")
     with nogil:
@@ -90,20 +95,24 @@ def member_rows(const uint8_t[:, ::1] member, int64_t[::1] mptr, int32_t[::1] mr
             mptr[j] = 0
         for i in range(n):
             for j in range(m):
-                if member[i, j]:
-                    mptr[j + 1] += 1
+                mptr[j + 1] += member[i, j] != 0
         for j in range(m):
             mptr[j + 1] += mptr[j]
     total = mptr[m]
     if mrows.shape[0] < total:
         raise ValueError(f"member_rows: mrows holds {mrows.shape[0]} entries, the memberships are {total}")
-    cdef int64_t[::1] at = np.array(mptr[:m], dtype=np.int64)
+    tmp = <int32_t *> malloc((total + 1) * sizeof(int32_t))
+    if tmp == NULL:
+        raise MemoryError("member_rows: could not allocate scratch memory")
     with nogil:
-        for i in range(n):
-            for j in range(m):
-                if member[i, j]:
-                    mrows[at[j]] = <int32_t>i
-                    at[j] += 1
+        for j in range(m):
+            p = mptr[j]
+            for i in range(n):
+                tmp[p] = <int32_t>i
+                p += member[i, j] != 0
+        if total > 0:
+            memcpy(&mrows[0], tmp, total * sizeof(int32_t))
+    free(tmp)
 
 
 def scatter_member_values(const double[:, ::1] values, const int64_t[::1] mptr, const int32_t[::1] mrows,
@@ -160,74 +169,58 @@ cdef inline bint _before(const _keyed *x, const _keyed *y) noexcept nogil:
 
 
 cdef Py_ssize_t _take_prefix(_keyed *a, Py_ssize_t n, const int64_t *sizes, int64_t need,
-                             uint8_t *taken, int64_t *total) noexcept nogil:
+                             uint8_t *taken, int64_t *total, int64_t *hist) noexcept nogil:
     """Mark in ``taken`` the shortest prefix of a[0..n) in (key, index) order whose sizes
     (``sizes[index]``) sum to at least ``need`` (all n if they fall short); returns its length,
-    its size sum in ``total``.  A selection, not a sort: each round partitions the undecided
-    range around a median of three and keeps only the side the prefix ends in,
-    everything before it taken whole; the last 16 or fewer are ordered by insertion.  (key,
-    index) is a strict total order (indices are distinct), so the prefix is the sorted
-    prefix's, whatever the pivots; comparisons inlined (qsort's calls through a pointer cost
-    three times as much here)."""
-    cdef Py_ssize_t lo = 0, hi = n - 1, i, j, mid, k, count = 0
-    cdef int64_t left
-    cdef _keyed pivot, tmp
+    its size sum in ``total``.  No sort: the sizes are summed per top byte of the key (``hist``,
+    256 entries), which finds the byte the prefix ends in; every entry below it is taken, the
+    few in it (moved to the front of ``a``) are ordered by insertion and taken while ``need``
+    is unmet.  (key, index) is a strict total order (indices are distinct) and the top byte
+    is monotone in it, so the prefix is the sorted prefix's.  Membership in the buckets is
+    written without branches (a coin flip each, which a branch would mispredict)."""
+    cdef Py_ssize_t i, j, count = 0, n_in = 0
+    cdef int64_t cum = 0, below_sum = 0
+    cdef int b = 0, top
+    cdef _keyed tmp
     total[0] = 0
-    while hi - lo > 16 and need > 0:
-        mid = lo + (hi - lo) // 2
-        if _before(&a[mid], &a[lo]):
-            tmp = a[mid]; a[mid] = a[lo]; a[lo] = tmp
-        if _before(&a[hi], &a[lo]):
-            tmp = a[hi]; a[hi] = a[lo]; a[lo] = tmp
-        if _before(&a[hi], &a[mid]):
-            tmp = a[hi]; a[hi] = a[mid]; a[mid] = tmp
-        pivot = a[mid]
-        i = lo
-        j = hi
-        while i <= j:
-            while _before(&a[i], &pivot):
-                i += 1
-            while _before(&pivot, &a[j]):
-                j -= 1
-            if i <= j:
-                tmp = a[i]; a[i] = a[j]; a[j] = tmp
-                i += 1
-                j -= 1
-        # a[lo..j] < a[j+1..i-1] (the pivot, or nothing) < a[i..hi]
-        left = 0
-        for k in range(lo, j + 1):
-            left += sizes[a[k].index]
-        if left >= need:
-            hi = j
-            continue
-        for k in range(lo, j + 1):
-            taken[a[k].index] = 1
-        count += j + 1 - lo
-        total[0] += left
-        need -= left
-        for k in range(j + 1, i):
-            if need <= 0:
-                break
-            taken[a[k].index] = 1
-            count += 1
-            total[0] += sizes[a[k].index]
-            need -= sizes[a[k].index]
-        lo = i
-    if need > 0 and hi >= lo:
-        for i in range(lo + 1, hi + 1):
-            tmp = a[i]
-            j = i - 1
-            while j >= lo and _before(&tmp, &a[j]):
-                a[j + 1] = a[j]
-                j -= 1
-            a[j + 1] = tmp
-        k = lo
-        while k <= hi and need > 0:
-            taken[a[k].index] = 1
-            count += 1
-            total[0] += sizes[a[k].index]
-            need -= sizes[a[k].index]
-            k += 1
+    if n == 0:
+        return 0
+    for i in range(256):
+        hist[i] = 0
+    for i in range(n):
+        hist[a[i].key >> 56] += sizes[a[i].index]
+    while b < 256 and cum + hist[b] < need:
+        cum += hist[b]
+        b += 1
+    if b == 256:  # all of them fall short
+        for i in range(n):
+            taken[a[i].index] = 1
+        total[0] = cum
+        return n
+    below_sum = cum
+    for i in range(n):
+        top = <int>(a[i].key >> 56)
+        taken[a[i].index] |= top < b
+        count += top < b
+        tmp = a[i]
+        a[n_in] = tmp
+        n_in += top == b
+    total[0] = below_sum
+    need -= below_sum
+    for i in range(1, n_in):
+        tmp = a[i]
+        j = i - 1
+        while j >= 0 and _before(&tmp, &a[j]):
+            a[j + 1] = a[j]
+            j -= 1
+        a[j + 1] = tmp
+    i = 0
+    while i < n_in and need > 0:
+        taken[a[i].index] = 1
+        count += 1
+        total[0] += sizes[a[i].index]
+        need -= sizes[a[i].index]
+        i += 1
     return count
 
 
@@ -243,6 +236,7 @@ def group_prefixes(const uint64_t[::1] seeds, const int64_t[::1] codes, const in
     cdef int64_t total
     cdef uint64_t k
     cdef _keyed *buf = <_keyed *> malloc((G + 1) * sizeof(_keyed))
+    cdef int64_t hist[256]
     counts = np.zeros(m, dtype=np.int64)
     cdef int64_t[::1] cnt = counts
     if buf == NULL:
@@ -253,12 +247,12 @@ def group_prefixes(const uint64_t[::1] seeds, const int64_t[::1] codes, const in
                 n_cand = 0
                 total = 0
                 for g in range(G):
+                    # written always, kept when below (no branch on a coin flip)
                     k = _splitmix(seeds[j], <uint64_t>codes[g])
-                    if k < below:
-                        buf[n_cand].key = k
-                        buf[n_cand].index = g
-                        n_cand += 1
-                        total += sizes[g]
+                    buf[n_cand].key = k
+                    buf[n_cand].index = g
+                    n_cand += k < below
+                    total += sizes[g] * (k < below)
                 if total < train_size:
                     n_cand = G
                     for g in range(G):
@@ -267,7 +261,7 @@ def group_prefixes(const uint64_t[::1] seeds, const int64_t[::1] codes, const in
                 if G == 0:
                     cnt[j] = 0
                     continue
-                n = _take_prefix(buf, n_cand, &sizes[0], train_size, &taken[j, 0], &total)
+                n = _take_prefix(buf, n_cand, &sizes[0], train_size, &taken[j, 0], &total, hist)
                 cnt[j] = n if total >= train_size else G
     finally:
         free(buf)
