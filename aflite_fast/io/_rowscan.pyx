@@ -144,18 +144,21 @@ cdef inline uint64_t _splitmix(uint64_t seed, uint64_t i) noexcept nogil:
 def keys_below(uint64_t seed, const int64_t[::1] ids, uint64_t below, int64_t[::1] pos, uint64_t[::1] keys):
     """The ids whose key (value ``id`` of the splitmix64 stream at ``seed``, as
     ``aflite_fast.phase.partitions.row_keys``) is below ``below``: their indices in ``ids``
-    (increasing) into ``pos`` and their keys into ``keys``, at most ``pos.size`` of them.
-    Returns how many ids pass (more than were written when it exceeds ``pos.size``)."""
-    cdef Py_ssize_t n = ids.shape[0], cap = pos.shape[0], i, found = 0
+    (increasing) into ``pos`` and their keys into ``keys``, at most ``pos.size - 1`` of them
+    (the last entry of each is scratch).  Returns how many ids pass (more than were written
+    when it exceeds ``pos.size - 1``).  Branch-free: every id is written at the next free
+    entry (the scratch one once the others are full), which advances only past ids below."""
+    cdef Py_ssize_t n = ids.shape[0], cap = pos.shape[0] - 1, i, found = 0, at
     cdef uint64_t k
+    if cap < 0 or keys.shape[0] != pos.shape[0]:
+        raise ValueError("keys_below: pos and keys must have the same size, at least 1")
     with nogil:
         for i in range(n):
             k = _splitmix(seed, <uint64_t>ids[i])
-            if k < below:
-                if found < cap:
-                    pos[found] = i
-                    keys[found] = k
-                found += 1
+            at = found if found < cap else cap
+            pos[at] = i
+            keys[at] = k
+            found += k < below
     return found
 
 
