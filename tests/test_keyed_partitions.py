@@ -168,3 +168,28 @@ def test_compiled_group_draws_are_the_definitions(seed):
     for row, want in zip(got, _group_draws_by_definition(seed, 3, train_size, 8, groups)):
         np.testing.assert_array_equal(row[:want.size], want)
         assert np.all(row[want.size:] == partitions.TRAIN_PAD)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_compiled_draws_are_the_definitions(seed):
+    # the compiled draw (keys counted per bucket of their top bits, one bucket ordered) against
+    # the definition: the t smallest keys of row_keys, ties by position; row ids that are not
+    # positions, thresholds too low (every key ordered) and any number of threads
+    from aflite_fast.io import _rowscan
+
+    rng = np.random.default_rng(seed)
+    for trial in range(40):
+        n = int(rng.integers(2, 3000)) if trial % 3 else int(rng.integers(2, 40))
+        t = int(rng.integers(1, n))
+        ids = (np.sort(rng.choice(10 * n, n, replace=False)) if trial % 2 else np.arange(n)).astype(np.int64)
+        seeds = partitions.key_seeds(seed, (partitions.PARTITION_TAG, trial), 4)
+        below = partitions._key_threshold(t, n) if trial % 4 else np.uint64(int(0.3 * t / n * 2.0**64) + 1)
+        out = np.empty((4, t), dtype=np.int64)
+        _rowscan.smallest_keys(seeds, ids, below, out, 1 + trial % 3)
+        for j in range(4):
+            keys = partitions.row_keys(seeds[j], ids)
+            np.testing.assert_array_equal(out[j], np.sort(np.lexsort((np.arange(n), keys))[:t]))
+    got = partitions.partition_train_positions(seed, 2, 500, 200, 8, row_ids=np.arange(500) * 7 + 3, n_threads=2)
+    for j, seed_j in enumerate(partitions.key_seeds(seed, (partitions.PARTITION_TAG, 2), 8)):
+        keys = partitions.row_keys(seed_j, np.arange(500) * 7 + 3)
+        np.testing.assert_array_equal(got[j], np.sort(np.lexsort((np.arange(500), keys))[:200]))

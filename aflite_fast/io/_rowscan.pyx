@@ -10,6 +10,7 @@ import numpy as np
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memmove, memset
 from libc.stdlib cimport free, malloc
+from cython.parallel cimport parallel, prange
 
 ctypedef fused bits_t:
     uint16_t
@@ -139,27 +140,6 @@ cdef inline uint64_t _splitmix(uint64_t seed, uint64_t i) noexcept nogil:
     z = (z ^ (z >> 30)) * <uint64_t>0xBF58476D1CE4E5B9ULL
     z = (z ^ (z >> 27)) * <uint64_t>0x94D049BB133111EBULL
     return z ^ (z >> 31)
-
-
-def keys_below(uint64_t seed, const int64_t[::1] ids, uint64_t below, int64_t[::1] pos, uint64_t[::1] keys):
-    """The ids whose key (value ``id`` of the splitmix64 stream at ``seed``, as
-    ``aflite_fast.phase.partitions.row_keys``) is below ``below``: their indices in ``ids``
-    (increasing) into ``pos`` and their keys into ``keys``, at most ``pos.size - 1`` of them
-    (the last entry of each is scratch).  Returns how many ids pass (more than were written
-    when it exceeds ``pos.size - 1``).  Branch-free: every id is written at the next free
-    entry (the scratch one once the others are full), which advances only past ids below."""
-    cdef Py_ssize_t n = ids.shape[0], cap = pos.shape[0] - 1, i, found = 0, at
-    cdef uint64_t k
-    if cap < 0 or keys.shape[0] != pos.shape[0]:
-        raise ValueError("keys_below: pos and keys must have the same size, at least 1")
-    with nogil:
-        for i in range(n):
-            k = _splitmix(seed, <uint64_t>ids[i])
-            at = found if found < cap else cap
-            pos[at] = i
-            keys[at] = k
-            found += k < below
-    return found
 
 
 ctypedef struct _keyed:
@@ -365,3 +345,114 @@ def compact_float_rows(float[:, ::1] full, const int64_t[::1] keep):
             if keep[i] != i:
                 memmove(&full[i, 0], &full[keep[i], 0], <size_t>((j - i) * w) * sizeof(float))
             i = j
+
+
+cdef inline int _bit_length(uint64_t v) noexcept nogil:
+    cdef int b = 0
+    while v:
+        b += 1
+        v >>= 1
+    return b
+
+
+cdef int _smallest_one(uint64_t seed, const int64_t *ids, Py_ssize_t n, Py_ssize_t count, uint64_t below,
+                       _keyed *cand, _keyed *edge, int64_t *hist, int64_t *out) noexcept nogil:
+    """out[0..count): the positions (increasing) of the count ids with the smallest keys
+    (splitmix64 value ids[i] under seed), equal keys by position; 0 < count < n.  The ids with
+    a key below ``below`` are the candidates (all ids when fewer than count pass); their keys
+    are counted per bucket of their top bits (a few candidates a bucket), which finds the
+    bucket the count-th smallest lies in; only that bucket is ordered (by insertion), and one
+    pass over the candidates in position order writes the chosen ones.  Returns 0, or -1 if
+    there were not count ids (cannot happen for 0 < count < n)."""
+    cdef Py_ssize_t i, j, n_c = 0, n_edge = 0, w = 0
+    cdef uint64_t k, span
+    cdef int64_t cum = 0, nb, b = 0
+    cdef int shift, nb_bits
+    cdef _keyed tmp, cut
+    cdef bint take
+    for i in range(n):
+        # written always, kept when below (no branch on a coin flip)
+        k = _splitmix(seed, <uint64_t>ids[i])
+        cand[n_c].key = k
+        cand[n_c].index = i
+        n_c += k < below
+    span = below
+    if n_c < count:
+        span = 0  # the whole range: 2**64
+        for i in range(n):
+            cand[i].key = _splitmix(seed, <uint64_t>ids[i])
+            cand[i].index = i
+        n_c = n
+    # buckets of the top bits of the keys' range: about n_c / 4 of them, 16 to 65,536
+    nb_bits = _bit_length(<uint64_t>n_c) - 2
+    nb_bits = 4 if nb_bits < 4 else (16 if nb_bits > 16 else nb_bits)
+    shift = (64 if span == 0 else _bit_length(span - 1)) - nb_bits
+    if shift < 0:
+        shift = 0
+    nb = (<int64_t>1) << nb_bits
+    for i in range(nb + 1):
+        hist[i] = 0
+    for i in range(n_c):
+        hist[cand[i].key >> shift] += 1
+    while cum + hist[b] < count:
+        cum += hist[b]
+        b += 1
+        if b > nb:
+            return -1
+    # the bucket of the count-th smallest, ordered; cut: the count-th smallest itself
+    for i in range(n_c):
+        tmp = cand[i]
+        edge[n_edge] = tmp
+        n_edge += <int64_t>(tmp.key >> shift) == b
+    for i in range(1, n_edge):
+        tmp = edge[i]
+        j = i - 1
+        while j >= 0 and _before(&tmp, &edge[j]):
+            edge[j + 1] = edge[j]
+            j -= 1
+        edge[j + 1] = tmp
+    cut = edge[count - cum - 1]
+    for i in range(n_c):
+        k = cand[i].key >> shift
+        take = <int64_t>k < b or (<int64_t>k == b and not _before(&cut, &cand[i]))
+        if take:
+            out[w] = cand[i].index
+            w += 1
+    return 0 if w == count else -1
+
+
+def smallest_keys(const uint64_t[::1] seeds, const int64_t[::1] ids, uint64_t below, int64_t[:, ::1] out,
+                  int n_threads=1):
+    """Row j of ``out`` (m, count): the positions (increasing) of the ``count`` ids with the
+    smallest keys under ``seeds[j]`` (value ``id`` of the splitmix64 stream,
+    ``aflite_fast.phase.partitions.row_keys``), equal keys by position; 0 < count < len(ids).
+    ``below``: the keys worth ordering (those of about the count-th smallest and under; when
+    fewer than count ids pass it, all are ordered), which changes speed only.  Rows are drawn
+    by ``n_threads`` OpenMP threads, each its own: the same result whatever the number."""
+    cdef Py_ssize_t m = seeds.shape[0], n = ids.shape[0], count = out.shape[1], j
+    cdef int bad = 0
+    cdef _keyed *cand
+    cdef _keyed *edge
+    cdef int64_t *hist
+    if out.shape[0] != m:
+        raise ValueError(f"smallest_keys: out must have {m} rows")
+    if not 0 < count < n:
+        raise ValueError(f"smallest_keys: count must be between 1 and {n - 1}, got {count}")
+    if n_threads < 1:
+        n_threads = 1
+    with nogil, parallel(num_threads=n_threads):
+        cand = <_keyed *> malloc((n + 1) * sizeof(_keyed))
+        edge = <_keyed *> malloc((n + 1) * sizeof(_keyed))
+        hist = <int64_t *> malloc(((1 << 16) + 2) * sizeof(int64_t))
+        for j in prange(m, schedule="static"):
+            if cand == NULL or edge == NULL or hist == NULL:
+                bad += 1000
+            else:
+                bad += _smallest_one(seeds[j], &ids[0], n, count, below, cand, edge, hist, &out[j, 0]) != 0
+        free(cand)
+        free(edge)
+        free(hist)
+    if bad >= 1000:
+        raise MemoryError("smallest_keys: could not allocate scratch memory")
+    if bad:
+        raise RuntimeError("smallest_keys: a draw did not find count rows")

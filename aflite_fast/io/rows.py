@@ -44,13 +44,3 @@ def first_row_beyond(X, limit):
     """Index of the first row of the 2-D native float64 array X with NaN, inf or a value of
     magnitude above ``limit``, or -1."""
     return int(_rowscan.first_row_beyond(np.ascontiguousarray(X, dtype=np.float64), float(limit)))
-
-
-def keys_below(seed, ids, below, capacity):
-    """The ids whose splitmix64 key under ``seed`` (``phase.partitions.row_keys``) is below
-    ``below``: (their indices in ``ids``, increasing, and their keys), or None when more than
-    ``capacity`` pass.  One pass over ``ids`` (int64, C-contiguous) and nothing the size of it."""
-    pos = np.empty(capacity + 1, dtype=np.int64)  # the last entry: the compiled pass's scratch
-    keys = np.empty(capacity + 1, dtype=np.uint64)
-    found = _rowscan.keys_below(np.uint64(seed), ids, np.uint64(below), pos, keys)
-    return None if found > capacity else (pos[:found], keys[:found])

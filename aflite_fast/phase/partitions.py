@@ -14,7 +14,6 @@ backend.
 import numpy as np
 
 from aflite_fast.io import _rowscan
-from aflite_fast.io.rows import keys_below
 
 #: Fill value of the training positions of a partition drawn as whole groups: each row of the
 #: (m, t_max) array holds its partition's sorted positions, then this value up to t_max.
@@ -97,30 +96,13 @@ def uniform_keys(seed, ids):
     return (row_keys(seed, ids) >> np.uint64(11)).astype(np.float64) * 2.0**-53
 
 
-def _smallest(seed, ids, count):
-    """Indices (increasing) of the ``count`` ids with the smallest keys under ``seed``, equal keys
-    by index.
-
-    Only the keys below a threshold a few standard deviations above the count-th smallest
-    expected of uniform keys are kept and ordered (a compiled pass over the ids,
-    :func:`aflite_fast.io.rows.keys_below`); when fewer or far more pass it, all keys are, so the
-    result never depends on the threshold."""
-    n = ids.size
-    if count >= n:
-        return np.arange(n, dtype=np.int64)
+def _key_threshold(count, n):
+    """A key below which about the ``count`` smallest of ``n`` uniform keys lie, with a margin of
+    six standard deviations (a compiled draw orders only keys below it, and all of them when
+    fewer pass: a speed choice, never a result)."""
     p = count / n
     share = p + 6.0 * np.sqrt(p * (1.0 - p) / n) + 16.0 / n
-    passed = None
-    if share < 1.0:
-        passed = keys_below(seed, ids, int(share * 2.0**64), min(n, 2 * int(share * n) + 64))
-    if passed is None or passed[0].size < count:
-        passed = np.arange(n, dtype=np.int64), row_keys(seed, ids)
-    cand, sub = passed
-    kth = np.partition(sub, count - 1)[count - 1]
-    below = sub < kth
-    at = np.flatnonzero(sub == kth)[:count - int(np.count_nonzero(below))]
-    below[at] = True
-    return cand[below]
+    return np.uint64(int(share * 2.0**64)) if share < 1.0 else np.uint64(2**64 - 1)
 
 
 def partition_train_positions(entropy, phase, n_active, train_size, n_partitions, groups=None, row_ids=None,
@@ -166,23 +148,14 @@ def partition_train_positions(entropy, phase, n_active, train_size, n_partitions
     ids = np.ascontiguousarray(np.arange(n_active) if row_ids is None else row_ids, dtype=np.int64)
     if ids.shape != (n_active,):
         raise ValueError(f"row_ids has shape {ids.shape}, expected ({n_active},)")
-    out = np.empty((n_partitions, train_size), dtype=np.int64)
     seeds = key_seeds(entropy, (PARTITION_TAG, phase), n_partitions)
-
-    def draw(j):
-        out[j] = _smallest(seeds[j], ids, train_size)
-
-    n_threads = max(1, min(int(n_threads), n_partitions))
-    if n_threads == 1:
-        for j in range(n_partitions):
-            draw(j)
-        return out
-    # the compiled key pass and the partial sort release the GIL: partitions draw in parallel
-    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415 - only on this path
-
-    with ThreadPoolExecutor(max_workers=n_threads) as pool:
-        for f in [pool.submit(draw, j) for j in range(n_partitions)]:
-            f.result()
+    if train_size <= 0 or train_size >= n_active:
+        every = np.arange(n_active if train_size > 0 else 0, dtype=np.int64)
+        return np.repeat(every[None], n_partitions, axis=0)
+    out = np.empty((n_partitions, train_size), dtype=np.int64)
+    # one compiled pass a partition (the keys below a threshold counted per bucket of their top
+    # bits, the bucket of the train_size-th ordered), partitions on n_threads OpenMP threads
+    _rowscan.smallest_keys(seeds, ids, _key_threshold(train_size, n_active), out, max(1, int(n_threads)))
     return out
 
 
