@@ -173,10 +173,18 @@ static void dual_to_features(const dual_model *md, const double *v, double *out,
             DUAL_FN(dual_rows_product)(F, t, cf, xr, md->s->facc, acc + k * F);
         }
     }
+    /* V v_V, one column of V (a row of Vt) a pass over the features (in column order) */
+    for (int k = 0; k < C; k++) {
+        double *ak = acc + k * F;
+        for (int i = 0; i < r; i++) {
+            const double vi = v[k * m + oV + i];
+            const double *vt = pb->Vt + (int64_t)i * F;
+            for (int64_t f = 0; f < F; f++) ak[f] += vt[f] * vi;
+        }
+    }
     for (int64_t f = 0; f < F; f++)
         for (int k = 0; k < C; k++) {
             double z = acc[k * F + f];
-            if (r > 0) z += DUAL_FN(dual_ddot)(r, pb->V + f * r, v + k * m + oV);
             if (md->U)
                 for (int l = 0; l < C; l++) z += md->U[f * C + l] * v[k * m + oU + l];
             out[f * C + k] = z;
