@@ -173,12 +173,27 @@ static void dual_to_features(const dual_model *md, const double *v, double *out,
             DUAL_FN(dual_rows_product)(F, t, cf, xr, md->s->facc, acc + k * F);
         }
     }
-    /* V v_V, one column of V (a row of Vt) a pass over the features (in column order) */
+    /* V v_V, four columns of V (rows of Vt) a pass over the features, in column order */
     for (int k = 0; k < C; k++) {
-        double *ak = acc + k * F;
-        for (int i = 0; i < r; i++) {
-            const double vi = v[k * m + oV + i];
-            const double *vt = pb->Vt + (int64_t)i * F;
+        double *restrict ak = acc + k * F;
+        const double *vv = v + k * m + oV;
+        int i = 0;
+        for (; i + 4 <= r; i += 4) {
+            const double *restrict t0 = pb->Vt + (int64_t)i * F, *restrict t1 = t0 + F, *restrict t2 = t1 + F,
+                         *restrict t3 = t2 + F;
+            const double v0 = vv[i], v1 = vv[i + 1], v2 = vv[i + 2], v3 = vv[i + 3];
+            for (int64_t f = 0; f < F; f++) {
+                double z = ak[f];
+                z += t0[f] * v0;
+                z += t1[f] * v1;
+                z += t2[f] * v2;
+                z += t3[f] * v3;
+                ak[f] = z;
+            }
+        }
+        for (; i < r; i++) {
+            const double vi = vv[i];
+            const double *restrict vt = pb->Vt + (int64_t)i * F;
             for (int64_t f = 0; f < F; f++) ak[f] += vt[f] * vi;
         }
     }
