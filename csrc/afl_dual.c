@@ -65,7 +65,7 @@ int64_t afl_dual_scratch_bytes(int64_t t_max, int64_t D, int C, int r, int hist,
 
 static int dual_scratch_init(dual_scratch *s, int64_t t_max, int64_t D, int C, int r, int hist, int64_t nk)
 {
-    int64_t off[40];
+    int64_t off[64];   /* one offset per array of dual_scratch_layout (40 of them) */
     int64_t total = dual_scratch_layout(t_max, D, C, r, hist, nk, off);
     char *b = NULL;
     memset(s, 0, sizeof(*s));
