@@ -159,7 +159,7 @@ typedef struct {
     void (*gather)(int64_t, const int64_t *, int64_t, int64_t, const float *, int64_t, const int64_t *,
                    const uint16_t *, int64_t, float *);
     void (*start_products)(const afl_dual_problem *, const double *, int64_t, const int32_t *, int, double *,
-                           double *, double *, double *);
+                           double *, double *, double *, int);
     int (*train_model)(dual_model *, double *, double *, int32_t *, int32_t *, double *, int32_t *);
 } afl_dual_impl;
 
@@ -257,7 +257,7 @@ int afl_dual_train(const afl_dual_problem *pb, int64_t B, const int64_t *mptr, c
             free(KA); free(XVA); free(ident); free(XVt);
             return -1;
         }
-        impl.start_products(pb, coef, pb->n, NULL, r, Ut, XU_all, UU_all, VU_all);
+        impl.start_products(pb, coef, pb->n, NULL, r, Ut, XU_all, UU_all, VU_all, n_threads);
         free(Ut);
     }
 #pragma omp parallel num_threads(n_threads) reduction(min:rc)

@@ -24,12 +24,15 @@ static inline double dual_vdot(int64_t n, const double *a, const double *b)
 /* The start's products: XU (t x C) = X_rows U, UU = U'U, VU = V'U (r x C), with U (D - 1 x C,
  * row-major) transposed into Ut (C x D - 1) first. */
 static void dual_start_products(const afl_dual_problem *pb, const double *U, int64_t t,
-                                const int32_t *rows, int r, double *Ut, double *XU, double *UU, double *VU)
+                                const int32_t *rows, int r, double *Ut, double *XU, double *UU, double *VU,
+                                int n_threads)
 {
     const int64_t F = pb->D - 1;
     const int C = pb->C;
     for (int64_t f = 0; f < F; f++)
         for (int l = 0; l < C; l++) Ut[l * F + f] = U[f * C + l];
+    /* rows split among n_threads (each row's products its own: the same values) */
+#pragma omp parallel for num_threads(n_threads) schedule(static) if (n_threads > 1)
     for (int64_t a = 0; a < t; a++) {
         const float *x = pb->X + (int64_t)(rows ? rows[a] : a) * pb->ldx;
         for (int l = 0; l < C; l++) XU[a * C + l] = DUAL_FN(dual_dot)(F, x, Ut + l * F);
@@ -422,7 +425,7 @@ static int dual_train_model(dual_model *md, double *coef, double *alpha_out, int
             memcpy(s->UU, md->UU_all, (size_t)(C * C) * sizeof(double));
             memcpy(s->VU, md->VU_all, (size_t)(r * C) * sizeof(double));
         } else {
-            dual_start_products(pb, md->U, t, md->rows, r, s->acc, s->XU, s->UU, s->VU);
+            dual_start_products(pb, md->U, t, md->rows, r, s->acc, s->XU, s->UU, s->VU, 1);
         }
     }
     /* the start: beta = I (the start's weights), b = its intercept, the rest zero */
