@@ -151,6 +151,19 @@ cdef inline bint _before(const _keyed *x, const _keyed *y) noexcept nogil:
     return x.key < y.key or (x.key == y.key and x.index < y.index)
 
 
+cdef void _insertion_sort(_keyed *a, Py_ssize_t n) noexcept nogil:
+    """Order a[0..n) by (key, index): for the few entries of one bucket."""
+    cdef Py_ssize_t i, j
+    cdef _keyed tmp
+    for i in range(1, n):
+        tmp = a[i]
+        j = i - 1
+        while j >= 0 and _before(&tmp, &a[j]):
+            a[j + 1] = a[j]
+            j -= 1
+        a[j + 1] = tmp
+
+
 cdef Py_ssize_t _take_prefix(_keyed *a, Py_ssize_t n, const int64_t *sizes, int64_t need,
                              uint8_t *taken, int64_t *total, int64_t *hist) noexcept nogil:
     """Mark in ``taken`` the shortest prefix of a[0..n) in (key, index) order whose sizes
@@ -161,7 +174,7 @@ cdef Py_ssize_t _take_prefix(_keyed *a, Py_ssize_t n, const int64_t *sizes, int6
     is unmet.  (key, index) is a strict total order (indices are distinct) and the top byte
     is monotone in it, so the prefix is the sorted prefix's.  Membership in the buckets is
     written without branches (a coin flip each, which a branch would mispredict)."""
-    cdef Py_ssize_t i, j, count = 0, n_in = 0
+    cdef Py_ssize_t i, count = 0, n_in = 0
     cdef int64_t cum = 0, below_sum = 0
     cdef int b = 0, top
     cdef _keyed tmp
@@ -190,13 +203,7 @@ cdef Py_ssize_t _take_prefix(_keyed *a, Py_ssize_t n, const int64_t *sizes, int6
         n_in += top == b
     total[0] = below_sum
     need -= below_sum
-    for i in range(1, n_in):
-        tmp = a[i]
-        j = i - 1
-        while j >= 0 and _before(&tmp, &a[j]):
-            a[j + 1] = a[j]
-            j -= 1
-        a[j + 1] = tmp
+    _insertion_sort(a, n_in)
     i = 0
     while i < n_in and need > 0:
         taken[a[i].index] = 1
@@ -364,7 +371,7 @@ cdef int _smallest_one(uint64_t seed, const int64_t *ids, Py_ssize_t n, Py_ssize
     bucket the count-th smallest lies in; only that bucket is ordered (by insertion), and one
     pass over the candidates in position order writes the chosen ones.  Returns 0, or -1 if
     there were not count ids (cannot happen for 0 < count < n)."""
-    cdef Py_ssize_t i, j, n_c = 0, n_edge = 0, w = 0
+    cdef Py_ssize_t i, n_c = 0, n_edge = 0, w = 0
     cdef uint64_t k, span
     cdef int64_t cum = 0, nb, b = 0
     cdef int shift, nb_bits
@@ -404,13 +411,7 @@ cdef int _smallest_one(uint64_t seed, const int64_t *ids, Py_ssize_t n, Py_ssize
         tmp = cand[i]
         edge[n_edge] = tmp
         n_edge += <int64_t>(tmp.key >> shift) == b
-    for i in range(1, n_edge):
-        tmp = edge[i]
-        j = i - 1
-        while j >= 0 and _before(&tmp, &edge[j]):
-            edge[j + 1] = edge[j]
-            j -= 1
-        edge[j + 1] = tmp
+    _insertion_sort(edge, n_edge)
     cut = edge[count - cum - 1]
     for i in range(n_c):
         k = cand[i].key >> shift
