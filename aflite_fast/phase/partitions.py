@@ -102,7 +102,7 @@ def _key_threshold(count, n):
     fewer pass: a speed choice, never a result)."""
     p = count / n
     share = p + 6.0 * np.sqrt(p * (1.0 - p) / n) + 16.0 / n
-    return np.uint64(int(share * 2.0**64)) if share < 1.0 else np.uint64(2**64 - 1)
+    return np.uint64(min(int(share * 2.0**64), 2**64 - 1)) if share < 1.0 else np.uint64(2**64 - 1)
 
 
 def partition_train_positions(entropy, phase, n_active, train_size, n_partitions, groups=None, row_ids=None,
@@ -170,7 +170,7 @@ def _group_train_positions(entropy, phase, train_size, n_partitions, groups):
     # deviations; only they are ordered (all groups when they fall short)
     share = p + 6.0 * np.sqrt(p * float(np.sum(sizes.astype(np.float64) ** 2))) / n_rows + 2.0 * sizes.max() / n_rows
     seeds = key_seeds(entropy, (PARTITION_TAG, phase), n_partitions)
-    below = np.uint64(int(share * 2.0**64)) if share < 1.0 else np.uint64(2**64 - 1)
+    below = np.uint64(min(int(share * 2.0**64), 2**64 - 1)) if share < 1.0 else np.uint64(2**64 - 1)
     # a compiled pass per partition: keys of the groups, the candidates ordered, the prefix
     taken = np.zeros((n_partitions, n_groups), dtype=np.uint8)
     n_taken = _rowscan.group_prefixes(seeds, np.ascontiguousarray(codes, dtype=np.int64),
