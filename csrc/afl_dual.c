@@ -17,6 +17,14 @@ enum { DUAL_CONVERGED = 0, DUAL_MAX_ITER = 1, DUAL_LINE_SEARCH = 2, DUAL_NOT_FIN
 #define DUAL_LANES 16
 static inline int64_t dual_pad(int64_t t) { return (t + DUAL_LANES - 1) / DUAL_LANES * DUAL_LANES; }
 
+/* cum[q] = members (set bits) of the chunks of cmask before chunk q, for q <= nchunk: where a
+ * gather writes each chunk's first member. */
+static inline void dual_chunk_counts(const uint16_t *cmask, int64_t nchunk, int64_t *cum)
+{
+    cum[0] = 0;
+    for (int64_t q = 0; q < nchunk; q++) cum[q + 1] = cum[q] + __builtin_popcount((unsigned)cmask[q]);
+}
+
 /* One thread's scratch for models of up to t_max rows. */
 typedef struct {
     float *Kss, *vf;
@@ -157,7 +165,7 @@ typedef struct {
 #endif
 typedef struct {
     void (*gather)(int64_t, const int64_t *, int64_t, int64_t, const float *, int64_t, const int64_t *,
-                   const uint16_t *, int64_t, float *);
+                   const uint16_t *, const int64_t *, float *);
     void (*start_products)(const afl_dual_problem *, const double *, int64_t, const int32_t *, int, double *,
                            double *, double *, double *, int);
     int (*train_model)(dual_model *, double *, double *, int32_t *, int32_t *, double *, int32_t *);
@@ -202,8 +210,9 @@ int afl_dual_train(const afl_dual_problem *pb, int64_t B, const int64_t *mptr, c
         XVA = malloc((size_t)(pb->n * r + 1) * sizeof(double));
         ident = malloc((size_t)(pb->n + 1) * sizeof(int64_t));
         uint16_t *cm = calloc((size_t)(pb->nk / 16 + 1), sizeof(uint16_t));
-        if (!KA || !XVA || !ident || !cm) {
-            free(KA); free(XVA); free(ident); free(cm);
+        int64_t *cum = malloc((size_t)(pb->nk / 16 + 2) * sizeof(int64_t));
+        if (!KA || !XVA || !ident || !cm || !cum) {
+            free(KA); free(XVA); free(ident); free(cm); free(cum);
             return -1;
         }
         for (int64_t i = 0; i < pb->n; i++) {
@@ -211,15 +220,16 @@ int afl_dual_train(const afl_dual_problem *pb, int64_t B, const int64_t *mptr, c
             cm[pb->krow[i] / 16] |= (uint16_t)(1u << (pb->krow[i] % 16));
             for (int q = 0; q < r; q++) XVA[i * r + q] = pb->XV[pb->krow[i] * r + q];
         }
+        dual_chunk_counts(cm, pb->nk / 16 + 1, cum);
         const int64_t per = (pb->n + n_threads - 1) / n_threads;
 #pragma omp parallel for num_threads(n_threads) schedule(static)
         for (int th = 0; th < n_threads; th++) {
             const int64_t a0 = th * per, a1 = a0 + per < pb->n ? a0 + per : pb->n;
             if (a1 > a0)
-                impl.gather(a1 - a0, pb->krow + a0, pb->n, ldA, pb->K, pb->ldk, pb->krow, cm,
-                            pb->nk / 16 + 1, KA + a0 * ldA);
+                impl.gather(a1 - a0, pb->krow + a0, pb->n, ldA, pb->K, pb->ldk, pb->krow, cm, cum, KA + a0 * ldA);
         }
         free(cm);
+        free(cum);
         local.K = KA;
         local.ldk = ldA;
         local.nk = pb->n;

@@ -7,25 +7,10 @@
 
 #if AFL_DUAL_ISA == 2
 /* The columns of a row of K marked in cmask, chunks q0..q1 (16 columns each), written in order
- * from out (a masked store: never past the last one, since rows may be written by other
- * threads). */
+ * from out (cum[q]: members before chunk q; out receives chunk q0's first member), by masked
+ * stores: never past the last one (rows may be written by other threads), and no store waits
+ * for the previous chunk's count. */
 static inline void AFL_CAT(dual_compress_row, AFL_SFX)(const float *row, int64_t ldk, const uint16_t *cmask,
-                                                      int64_t q0, int64_t q1, float *out)
-{
-    int64_t pos = 0;
-    for (int64_t q = q0; q <= q1; q++) {
-        const __mmask16 mk = (__mmask16)cmask[q];
-        if (!mk) continue;
-        __m512 v = q * 16 + 16 <= ldk ? _mm512_loadu_ps(row + q * 16) : _mm512_maskz_loadu_ps(mk, row + q * 16);
-        const int cnt = __builtin_popcount((unsigned)mk);
-        _mm512_mask_storeu_ps(out + pos, (__mmask16)((1u << cnt) - 1u), _mm512_maskz_compress_ps(mk, v));
-        pos += cnt;
-    }
-}
-
-/* dual_compress_row with the chunks' output positions known (cum[q]: members before chunk q;
- * out receives chunk q0's first member): no store waits for the previous chunk's count. */
-static inline void AFL_CAT(dual_compress_row_at, AFL_SFX)(const float *row, int64_t ldk, const uint16_t *cmask,
                                                          const int64_t *cum, int64_t q0, int64_t q1, float *out)
 {
     out -= cum[q0];
@@ -41,20 +26,19 @@ static inline void AFL_CAT(dual_compress_row_at, AFL_SFX)(const float *row, int6
 /* out[a * ld + b] = K[krows[a] * ldk + kcols[b]] for a < n_rows, b < t (zero in the pad up to
  * ld); kcols increasing.  With AVX-512 each row of K is read in 16-column chunks and the
  * chunk's columns of kcols kept by a compress under the mask cmask (bit j of chunk q: column
- * 16 q + j is in kcols; nchunk chunks). */
+ * 16 q + j is in kcols; cum: dual_chunk_counts of cmask). */
 static void AFL_CAT(dual_gather, AFL_SFX)(int64_t n_rows, const int64_t *krows, int64_t t, int64_t ld,
                                            const float *K, int64_t ldk, const int64_t *kcols,
-                                           const uint16_t *cmask, int64_t nchunk, float *out0)
+                                           const uint16_t *cmask, const int64_t *cum, float *out0)
 {
     for (int64_t a = 0; a < n_rows; a++) {
         const float *row = K + krows[a] * ldk;
         float *out = out0 + a * ld;
 #if AFL_DUAL_ISA == 2
-        const int64_t q1 = kcols[t - 1] / 16;
-        AFL_CAT(dual_compress_row, AFL_SFX)(row, ldk, cmask, kcols[0] / 16, q1 < nchunk ? q1 : nchunk - 1, out);
+        AFL_CAT(dual_compress_row, AFL_SFX)(row, ldk, cmask, cum, kcols[0] / 16, kcols[t - 1] / 16, out);
 #else
         (void)cmask;
-        (void)nchunk;
+        (void)cum;
         for (int64_t b = 0; b < t; b++) out[b] = row[kcols[b]];
 #endif
         for (int64_t b = t; b < ld; b++) out[b] = 0.0f;
@@ -81,7 +65,7 @@ static void AFL_CAT(dual_gather_sym, AFL_SFX)(int64_t t, int64_t ld, const float
             const float *next = K + kcols[a + 1] * ldk + kcols[a + 1] / 16 * 16;
             for (int u = 0; u < 4; u++) _mm_prefetch((const char *)(next + 16 * u), _MM_HINT_T0);
         }
-        AFL_CAT(dual_compress_row_at, AFL_SFX)(row, ldk, cmask, cum, qa, kcols[t - 1] / 16, rowbuf + cum[qa]);
+        AFL_CAT(dual_compress_row, AFL_SFX)(row, ldk, cmask, cum, qa, kcols[t - 1] / 16, rowbuf + cum[qa]);
 #else
         (void)cmask;
         (void)cum;

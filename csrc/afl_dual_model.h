@@ -410,8 +410,7 @@ static int dual_train_model(dual_model *md, double *coef, double *alpha_out, int
         s->kcol[a] = pb->krow[md->rows[a]];
         s->cmask[s->kcol[a] / 16] |= (uint16_t)(1u << (s->kcol[a] % 16));
     }
-    s->cum[0] = 0;
-    for (int64_t q = 0; q < nchunk; q++) s->cum[q + 1] = s->cum[q] + __builtin_popcount((unsigned)s->cmask[q]);
+    dual_chunk_counts(s->cmask, nchunk, s->cum);
     DUAL_FN(dual_gather_sym)(t, md->ld, pb->K, pb->ldk, s->kcol, s->cmask, s->cum, s->rowbuf, s->Kss, s->diag);
     for (int i = 0; i < r; i++) {
         const double *xv = pb->XVt + i * pb->nk;
