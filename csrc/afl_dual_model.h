@@ -3,6 +3,10 @@
  * over vectors compile to the target's lanes; no sum is reordered by that (no -ffast-math),
  * so a model's bits still depend on the instruction set only. */
 #define DUAL_FN(name) AFL_CAT(name, AFL_SFX)
+/* Steps between fresh products G th (see dual_train_model) */
+#ifndef DUAL_REFRESH
+#define DUAL_REFRESH 8
+#endif
 #define dual_converged DUAL_FN(dual_converged)
 #define dual_eval DUAL_FN(dual_eval)
 #define dual_gmul DUAL_FN(dual_gmul)
@@ -559,6 +563,15 @@ static int dual_train_model(dual_model *md, double *coef, double *alpha_out, int
         memcpy(c, ct, (size_t)P * sizeof(double));
         memcpy(Gc, Gct, (size_t)P * sizeof(double));
         n_iter++;
+        if (n_iter % DUAL_REFRESH == 0) {
+            /* G th is carried from step to step (G th + alpha G p), so its rounding adds up: every
+             * DUAL_REFRESH steps it is computed again from th, and f, c and G c with it */
+            dual_gmul(md, th, Gth);
+            f = dual_eval(md, th, Gth, c);
+            n_eval++;
+            if (!isfinite(f)) { status = DUAL_NOT_FINITE; break; }
+            dual_gmul(md, c, Gc);
+        }
         if (dual_converged(md, c, Gc, gtol_j, &watch)) { status = DUAL_CONVERGED; break; }
         double denom = fabs(f_old);
         if (fabs(ft) > denom) denom = fabs(ft);
