@@ -7,7 +7,8 @@ counted; labels from a linear model on the counts plus Gumbel noise (``--classes
 
 Ours: :func:`aflite_fast.predictability` (one phase on every row: ``--m`` partitions, each
 trained on ``t = t/N * N`` rows, then every row predicted by the partitions that held it out),
-``n_jobs=--threads``.
+``n_jobs=--threads``, the default ``tol="auto"`` (1e-4 here: t is below the 2^L + 1 columns);
+with ``--also-tol TOL`` the same phase at that tolerance too, right after ours each round.
 
 The tuned peer: ``sklearn.linear_model.LogisticRegression(C=1, tol=1e-4, max_iter=1000)`` on
 CSR float32 rows, the same partitions (the package's sampler), ``--threads`` pre-started
@@ -132,12 +133,12 @@ def peer_phase(pool, solver, lists, workers):
     return statistics.mean(secs), wall
 
 
-def ours(X, y, m, frac, threads, max_memory):
+def ours(X, y, m, frac, threads, max_memory, tol="auto"):
     import aflite_fast
 
     t0 = time.perf_counter()
     res = aflite_fast.predictability(X, y, n_partitions=m, train_size=frac, random_state=0, n_jobs=threads,
-                                     max_memory=max_memory)
+                                     max_memory=max_memory, tol=tol)
     return time.perf_counter() - t0, res
 
 
@@ -188,6 +189,8 @@ def main():
                     help="partitions the peer fits per solver and round (0: ours only, no peer)")
     ap.add_argument("--max-memory", default="4GB")
     ap.add_argument("--tmp", default="/tmp")
+    ap.add_argument("--also-tol", type=float, default=None,
+                    help="also time our phase at this tolerance each round, after ours at the default")
     args = ap.parse_args()
     from aflite_fast.runtime.memory import parse_memory
 
@@ -207,22 +210,29 @@ def main():
                 lists = partitions(X, y, args.m, frac, 0)
                 fits = lists[:max(args.peer_fits, 2 * args.threads)] if args.peer_fits else []
                 ours_s, peer = [], {"lbfgs": [], "liblinear": []}
-                peaks = []
+                peaks, steps, also = [], [], []
                 for r in range(args.repeat):
                     base = _reset_peak()
                     s, res = ours(X, y, args.m, frac, args.threads, args.max_memory)
                     peaks.append(_status("VmHWM") - base)
                     ours_s.append(s)
+                    steps.append(float(res.n_iter.mean()))
                     for solver in peer:
                         if args.peer_fits == 0:
                             peer[solver].append(float("nan"))
                             continue
                         mean_fit, _ = peer_phase(pool, solver, fits, args.threads)
                         peer[solver].append(mean_fit * args.m / args.threads)
-                    print(f"  t/N={frac} round {r}: ours {s:.2f} s (peak RSS growth {peaks[-1] / 1e9:.2f} GB); "
+                    print(f"  t/N={frac} round {r}: ours {s:.2f} s, {steps[-1]:.2f} Newton steps a model "
+                          f"(peak RSS growth {peaks[-1] / 1e9:.2f} GB); "
                           f"peer phase lbfgs "
                           f"{peer['lbfgs'][-1]:.1f} s, liblinear {peer['liblinear'][-1]:.1f} s; "
                           f"load {os.getloadavg()[0]:.2f}", flush=True)
+                    if args.also_tol is not None:
+                        s2, res2 = ours(X, y, args.m, frac, args.threads, args.max_memory, args.also_tol)
+                        also.append((s2, float(res2.n_iter.mean())))
+                        print(f"  t/N={frac} round {r}: ours at tol={args.also_tol:g} {s2:.2f} s, "
+                              f"{also[-1][1]:.2f} Newton steps a model", flush=True)
                 peak = max(peaks)
                 best = min(peer, key=lambda k: statistics.median(peer[k]))
                 o, p = statistics.median(ours_s), statistics.median(peer[best])
@@ -230,7 +240,9 @@ def main():
                 fixed, per_model, group = formula_bytes(X, lists, args.classes, args.threads, budget)
                 rows.append((frac, o, best, p, p / o, peak, (fixed, per_model, group), budget,
                              statistics.median(peer["lbfgs"]), statistics.median(peer["liblinear"]),
-                             float(np.nanmean(res.scores))))
+                             float(np.nanmean(res.scores)), statistics.median(steps),
+                             (statistics.median(a for a, _ in also), statistics.median(b for _, b in also))
+                             if also else None))
     finally:
         for path in (path_X, path_y):
             if os.path.exists(path):
@@ -239,10 +251,16 @@ def main():
     print("| t/N | ours (s) | peer lbfgs (s) | peer liblinear (s) | peer / ours | our peak RSS growth "
           "| formula: fixed + group x per model | max_memory | mean score |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for frac, o, best, p, ratio, peak, (fixed, per_model, group), budget, pl, pll, score in rows:
+    for frac, o, best, p, ratio, peak, (fixed, per_model, group), budget, pl, pll, score, _, _ in rows:
         print(f"| {frac} | {o:.2f} | {pl:.1f} | {pll:.1f} | {ratio:.1f}x ({best}) | {peak / 1e9:.2f} GB "
               f"| {(fixed + group * per_model) / 1e9:.2f} GB = {fixed / 1e6:.0f} MB + {group} x "
               f"{per_model / 1e6:.1f} MB | {budget / 1e9:.1f} GB | {score:.3f} |")
+    if args.also_tol is not None:
+        print(f"\n| t/N | ours, default tol (s) | Newton steps a model | ours, tol={args.also_tol:g} (s) | "
+              "Newton steps a model | default / other |")
+        print("|---|---|---|---|---|---|")
+        for frac, o, *_, n_steps, (o2, n_steps2) in rows:
+            print(f"| {frac} | {o:.2f} | {n_steps:.2f} | {o2:.2f} | {n_steps2:.2f} | {o / o2:.2f} |")
     print("\ncommand: python " + " ".join(sys.argv))
 
 

@@ -144,6 +144,7 @@ def test_other_parameters_or_data_are_refused(data, tmp_path, monkeypatch):
         (dict(RUN, random_state=4), X, y, {}, "parameters.seed"),
         (dict(RUN, slice_size=90), X, y, {}, "parameters.slice_size"),
         (dict(RUN, loss="gce"), X, y, {}, "parameters.loss"),
+        (dict(RUN, tol=3e-4), X, y, {}, "parameters.tol: checkpoint 'auto', this run 0.0003"),
         (RUN, X2, y, {}, "other data: X (an in-memory array) is not what it was saved with"),
         (RUN, X[:-1], y[:-1], {}, "other data: X (an in-memory array) and y (the labels) are not"),
         (RUN, X, y2, {}, "other data: y (the labels) is not"),

@@ -181,11 +181,29 @@ def test_max_memory_forms(emb_files):
     assert all(np.array_equal(k, keeps[0]) for k in keeps)  # the budget never changes results
 
 
+def test_tol_flag_is_the_api_argument(emb_files):
+    """--tol: "auto" by default (recorded in report.json), a number given is the run's tol."""
+    from aflite_fast import aflite
+
+    tmp, X, y = emb_files
+    assert main(_filter_args(tmp, "auto")) == 0
+    assert main(_filter_args(tmp, "tight", "--tol", "1e-6")) == 0
+    assert json.loads((tmp / "auto" / "report.json").read_text())["parameters"]["tol"] == "auto"
+    assert json.loads((tmp / "tight" / "report.json").read_text())["parameters"]["tol"] == 1e-6
+    report = json.loads((tmp / "tight" / "report.json").read_text())["parameters"]
+    run = {k: report[k] for k in ("target_size", "n_partitions", "train_size", "slice_size", "tau", "C",
+                                  "random_state", "tie_break", "chance_check")}
+    res = aflite(X, y, tol=1e-6, progress=False, **run)
+    np.testing.assert_array_equal(np.load(tmp / "tight" / "keep.npy"), res.keep)
+
+
 @pytest.mark.parametrize("flag,value,message", [
     # refused by argparse, at parse time
     ("--max-memory", "2XB", "argument --max-memory: cannot read a memory size from '2XB'"),
     ("--threads", "0", "argument --threads: must be a positive integer, got '0'"),
     ("--max-iter", "-3", "argument --max-iter: must be a positive integer"),
+    ("--tol", "fast", "argument --tol: must be 'auto' or a non-negative number, got 'fast'"),
+    ("--tol", "nan", "argument --tol: must be 'auto' or a non-negative number, got 'nan'"),
     ("--n-null", "0", "argument --n-null: must be a positive integer, got '0'"),
     ("--stop", "never", "argument --stop: invalid choice: 'never'"),
     # refused by the library, whose parameter names become the flags

@@ -72,6 +72,19 @@ def positive_seconds(text):
     return value
 
 
+def tolerance(text):
+    """argparse type: ``auto`` or a non-negative finite number (the solver's ``tol``)."""
+    if text == "auto":
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be 'auto' or a non-negative number, got {text!r}")
+    return value
+
+
 def memory_size(text):
     """argparse type: a memory size (see :mod:`aflite_fast.runtime.memory` for the units), in bytes."""
     try:

@@ -6,7 +6,15 @@ import warnings
 from dataclasses import dataclass
 
 from aflite_fast._version import __version__
-from aflite_fast.cli._args import HelpFormatter, add_flag, cap_threads, memory_size, positive_int, positive_seconds
+from aflite_fast.cli._args import (
+    HelpFormatter,
+    add_flag,
+    cap_threads,
+    memory_size,
+    positive_int,
+    positive_seconds,
+    tolerance,
+)
 from aflite_fast.cli._inputs import (
     add_groups_arguments,
     add_input_arguments,
@@ -33,7 +41,7 @@ ENSEMBLE_NAMES = ("consensus_keep.npy", "removal_frequency.npy")
 PARAMETER_FLAGS = {
     "target_size": "--target-size", "n_partitions": "--n-partitions", "train_size": "--train-size",
     "slice_size": "--slice-size", "tau": "--tau", "C": "--C", "max_memory": "--max-memory",
-    "random_state": "--seed", "n_jobs": "--n-jobs", "max_iter": "--max-iter", "T": "--transition",
+    "random_state": "--seed", "n_jobs": "--n-jobs", "tol": "--tol", "max_iter": "--max-iter", "T": "--transition",
     "groups": "--groups", "remove": "--remove", "checkpoint": "--checkpoint", "null": "--null",
     "n_null": "--n-null", "stop": "--stop", "scheduler": "--scheduler", "eval_rows": "--eval-rows",
     "eval_only_score": "--eval-only-score", "position_bias": "--position-bias", "tie_break": "--tie-break",
@@ -130,6 +138,10 @@ def add_parser(subparsers):
                         "that held them out; filtering stops when fewer than K rows reach it (see "
                         "--stop); lower it to filter harder")
     add_model_arguments(p)
+    p.add_argument("--tol", type=tolerance, default="auto", metavar="TOL|auto",
+                   help="each model stops when its gradient's largest entry is at most TOL; auto "
+                        "(default): 1e-4 in phases whose models train on fewer rows than EMB has "
+                        "columns (features + 1), 3e-4 in the others")
     p.add_argument("--max-memory", type=memory_size, default=None, metavar="SIZE",
                    help="memory budget: bytes, or K/M/G/T (powers of 1000, also KB/MB/GB/TB) or "
                         "Ki/Mi/Gi/Ti (powers of 1024, also KiB/...), e.g. 500M, 2GB, 1GiB "
@@ -385,7 +397,7 @@ def _read_inputs(args, prog):
     params = dict(target_size=args.target_size, n_partitions=args.n_partitions,
                   train_size=args.train_size, slice_size=args.slice_size, tau=args.tau, C=args.C,
                   loss=args.loss, max_memory=args.max_memory, random_state=args.seed,
-                  n_jobs=cap_threads(args.n_jobs, prog, args.quiet), max_iter=args.max_iter,
+                  n_jobs=cap_threads(args.n_jobs, prog, args.quiet), tol=args.tol, max_iter=args.max_iter,
                   remove=args.remove, null=args.null, n_null=args.n_null, stop=args.stop,
                   chance_check=args.chance_check, tie_break=args.tie_break)
     # the curation flags, only when given: report.json's parameters of other runs stay as they were

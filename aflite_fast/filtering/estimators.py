@@ -44,7 +44,7 @@ class AFLite(BaseEstimator):
 
     def __init__(self, *, target_size, n_partitions=64, train_size=0.5, slice_size=500, tau=0.75,
                  C=1.0, loss="ce", loss_params=None, max_memory=None, random_state=None, n_jobs=None,
-                 progress=False, tol=3e-4, max_iter=1000, remove="row", checkpoint=None, null=None,
+                 progress=False, tol="auto", max_iter=1000, remove="row", checkpoint=None, null=None,
                  n_null=1, stop="paper", chance_check=True, tie_break="label_prob"):
         self.target_size = target_size
         self.n_partitions = n_partitions

@@ -48,7 +48,7 @@ class PredictabilityResult:
 
 
 def predictability(X, y, *, n_partitions=64, train_size, C=1.0, loss="ce", loss_params=None,
-                   max_memory=None, random_state=None, n_jobs=None, tol=3e-4, max_iter=1000, groups=None,
+                   max_memory=None, random_state=None, n_jobs=None, tol="auto", max_iter=1000, groups=None,
                    null=None, n_null=1, eval_rows=None, position_bias=False, column=None, progress=False):
     """Predictability score of every row from one phase of ``n_partitions`` random partitions.
 

@@ -21,14 +21,14 @@ d. :meth:`Problem.score`: a phase through the backend, then the guards on its mo
 """
 import numbers
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
 import numpy as np
 
 from aflite_fast.core.degenerate import check_moved
 from aflite_fast.core.losses import MC_FORWARD_MESSAGE, resolve_loss
-from aflite_fast.core.solver import SolverOptions
+from aflite_fast.core.solver import TOL_MANY_ROWS, SolverOptions, check_tol, phase_tol
 from aflite_fast.core.solver_status import check_trained
 from aflite_fast.io.fingerprint import ContentHash
 from aflite_fast.io.inputs import Labels, encode_labels
@@ -137,7 +137,8 @@ class Problem:
     loss : :class:`~aflite_fast.core.losses.LossSpec`
     is_eval : bool mask of the evaluation rows, or None
     backend : the backend that opened X (:mod:`aflite_fast.phase.backends`)
-    tol : the solver's tolerance (the scale check and the moved check use it)
+    tol : the solver's tolerance, a number or ``"auto"`` (each phase's from its sizes:
+        :func:`~aflite_fast.core.solver.phase_tol`; the scale check uses the largest, 3e-4)
     position_bias : bool, multiple choice only
     watch : the files behind X, checked for changes (:mod:`aflite_fast.io.watch`)
     center : float32 column means, after :meth:`scan`
@@ -152,7 +153,7 @@ class Problem:
     loss: object
     is_eval: Optional[np.ndarray]
     backend: object
-    tol: float
+    tol: object
     position_bias: bool = False
     watch: Optional[InputWatch] = None
     center: Optional[np.ndarray] = None
@@ -175,7 +176,7 @@ class Problem:
                 else loss_resolver(labels.n_classes))
         check_multiple_choice_loss(spec, multiple_choice)
         return cls(X=X, rows=rows, labels=labels, multiple_choice=multiple_choice, loss=spec, is_eval=is_eval,
-                   backend=backend, tol=float(tol), position_bias=bool(position_bias) and multiple_choice,
+                   backend=backend, tol=check_tol(tol), position_bias=bool(position_bias) and multiple_choice,
                    watch=watch)
 
     @property
@@ -212,7 +213,7 @@ class Problem:
             from aflite_fast.io.sparse import sparse_digest
 
             self.content_digest = sparse_digest(self.X)
-        self.backend.check_scale(self.rows, self.center, self.tol)
+        self.backend.check_scale(self.rows, self.center, TOL_MANY_ROWS if self.tol == "auto" else self.tol)
         # the scale is read (once) only when a model fails, to name the likely cause
         self.scale = DataScale(self.rows if self.backend.reads_rows else None, self.center)
         self.watch.check()
@@ -220,8 +221,9 @@ class Problem:
 
     def solver_arguments(self, *, C, max_iter, max_memory):
         """The solver's keyword arguments of every phase of this problem (set as :attr:`solver`)."""
+        tol = TOL_MANY_ROWS if self.tol == "auto" else self.tol  # "auto": each phase's, set by score()
         self.solver = dict(n_classes=self.labels.n_classes, C=C, loss=self.loss,
-                           options=SolverOptions(tol=self.tol, max_iter=max_iter), max_memory=max_memory)
+                           options=SolverOptions(tol=tol, max_iter=max_iter), max_memory=max_memory)
         if self.multiple_choice:
             self.solver["position_bias"] = self.position_bias
         return self.solver
@@ -239,17 +241,25 @@ class Problem:
         ``codes`` are the labels scored (the problem's, or a permutation of them); a phase with
         ``warm_coef`` None starts cold and must move its weights.
         """
+        tol = self.phase_tol(train_pos.shape[1])
+        solver = dict(self.solver, options=replace(self.solver["options"], tol=tol))
         res = self.backend.score_phase(self.X, codes, active, self.center, train_pos, warm_coef=warm_coef,
-                                       proba_sum=proba_sum, **self.solver)
+                                       proba_sum=proba_sum, **solver)
         self.check_models(res.coef, res.n_iter, res.status, lambda j: active[train_pos[j][train_pos[j] >= 0]],
-                          what=what, cold=warm_coef is None)
+                          what=what, cold=warm_coef is None, tol=tol)
         return res
 
-    def check_models(self, coef, n_iter, status, train_rows, *, what="model", cold=True):
+    def phase_tol(self, train_size):
+        """The solver's tolerance of a phase whose models train on ``train_size`` rows (items)."""
+        return phase_tol(self.tol, train_size, phase_shape(self.X, self.labels.n_classes, self.position_bias)[1])
+
+    def check_models(self, coef, n_iter, status, train_rows, *, what="model", cold=True, tol=None):
         """Refuse models that did not train (:func:`~aflite_fast.core.solver_status.check_trained`)
         and, when they started from zero and the backend can read rows, models whose weights never
         moved on rows with nothing to learn (:func:`~aflite_fast.core.degenerate.check_moved`;
-        ``train_rows(j)``: the rows of X model j trained on)."""
+        ``train_rows(j)``: the rows of X model j trained on; ``tol``: theirs, default the
+        problem's for models on all rows)."""
         check_trained(n_iter, status, self.scale, what=what)
         if cold and self.backend.reads_rows:
-            check_moved(coef, status, X=self.X, center=self.center, train_rows=train_rows, tol=self.tol, what=what)
+            check_moved(coef, status, X=self.X, center=self.center, train_rows=train_rows,
+                        tol=self.phase_tol(self.n_rows) if tol is None else tol, what=what)

@@ -3,7 +3,8 @@
 On the answer-selection shape of ``small_runs.py`` (1,580 x 1,024 skewed rows, C = 2, C_reg = 2),
 for active sets of every row and of ``--active`` rows drawn at random (a run's later phases),
 one phase of ``--m`` partitions of t = half the active rows is scored by the package
-(``local.score_phase`` with a workspace, ``--tol``: default the package's), started from zero and, as a run's
+(``local.score_phase`` with a workspace, ``--tol``: default the tolerance ``aflite``'s default
+``tol="auto"`` gives each phase: :func:`aflite_fast.core.solver.phase_tol`), started from zero and, as a run's
 later phases are, from the mean model of a phase on every row; each partition is fitted again
 by scikit-learn's ``LogisticRegression`` on the same centred rows in float64 with
 ``tol=1e-10`` (one BLAS thread).  Printed: the share of (model, held-out row) pairs whose
@@ -39,7 +40,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--m", type=int, default=16)
     ap.add_argument("--active", type=int, nargs="+", default=[1580, 1000, 600])
-    ap.add_argument("--tol", type=float, default=None)
+    ap.add_argument("--tol", default="auto", help='a number, or "auto" (the default: each phase\'s from its sizes)')
     a = ap.parse_args()
     X, y = skewed(1580, 1024, 2, 0)
     codes = y.astype(np.int32)
@@ -47,14 +48,15 @@ def main():
     ws = gather.Workspace()
     rng = np.random.default_rng(5)
     warm = None
-    options = solver.SolverOptions() if a.tol is None else solver.SolverOptions(tol=a.tol)
-    print(f"# load average {os.getloadavg()}, tol {options.tol}")
-    print("| active rows | t | start | models | agreement of held-out argmax | max abs diff of p | iterations |")
-    print("|---:|---:|---|---:|---:|---:|---:|")
+    tol = solver.check_tol(a.tol if a.tol == "auto" else float(a.tol))
+    print(f"# load average {os.getloadavg()}, tol {tol}")
+    print("| active rows | t | tol | start | models | agreement of held-out argmax | max abs diff of p | iterations |")
+    print("|---:|---:|---:|---|---:|---:|---:|---:|")
     for n_active in a.active:
         active = (np.arange(1580, dtype=np.int64) if n_active == 1580
                   else np.sort(rng.choice(1580, n_active, replace=False)).astype(np.int64))
         t = n_active // 2
+        options = solver.SolverOptions(tol=solver.phase_tol(tol, t, X.shape[1] + 1))
         train_pos = partitions.partition_train_positions(7, n_active, n_active, t, a.m)
         for start in (("zero", "mean model") if warm is not None else ("zero",)):
             res = local.score_phase(X, codes, active, center, train_pos, n_classes=2, C=2.0, n_threads=2,
@@ -73,8 +75,8 @@ def main():
                 agree += int(np.sum(p_ours.argmax(1) == p_ref.argmax(1)))
                 total += held.size
                 worst = max(worst, float(np.abs(p_ours - p_ref).max()))
-            print(f"| {n_active} | {t} | {start} | {a.m} | {100.0 * agree / total:.2f}% | {worst:.2g} | "
-                  f"{res.n_iter.mean():.2f} |", flush=True)
+            print(f"| {n_active} | {t} | {options.tol:g} | {start} | {a.m} | {100.0 * agree / total:.2f}% | "
+                  f"{worst:.2g} | {res.n_iter.mean():.2f} |", flush=True)
             if n_active == 1580 and start == "zero":
                 warm = np.repeat(res.coef.mean(axis=0)[None], a.m, axis=0)
     print(f"# load average {os.getloadavg()}")
