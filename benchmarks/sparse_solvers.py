@@ -3,8 +3,8 @@
 Data: ``benchmarks/sparse_phase.py``'s hashed 1-2-gram counts (N rows, 2^``--log2d`` columns,
 about 30 non-zeros a row, C = 3); ``--m`` partitions of ``t/N * N`` rows drawn by the package's
 sampler, trained by :func:`aflite_fast.core.sparse_solver.train_sparse_models` with each
-solver in turn (interleaved, ``--repeat`` rounds), ``C=1``, ``tol=3e-4`` (``aflite``'s
-default), ``--threads`` threads.  Prints, per solver, the mean solver steps, evaluations of
+solver in turn (interleaved, ``--repeat`` rounds), ``C=1``, ``tol=3e-4`` (``SolverOptions``'
+default; ``aflite``'s default ``tol="auto"`` gives these models 1e-4), ``--threads`` threads.  Prints, per solver, the mean solver steps, evaluations of
 objective and gradient and Hessian-vector products of a model, the median seconds, and the
 largest difference of the models' objectives (the same optimum within the tolerance).
 
