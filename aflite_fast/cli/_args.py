@@ -73,7 +73,9 @@ def positive_seconds(text):
 
 
 def tolerance(text):
-    """argparse type: ``auto`` or a non-negative finite number (the solver's ``tol``)."""
+    """argparse type: ``auto`` or a non-negative finite number (the solver's ``tol``; the text
+    form of :func:`aflite_fast.core.solver.check_tol`, which this module does not import: the
+    kernel would load with ``--help``)."""
     if text == "auto":
         return text
     try:

@@ -221,9 +221,9 @@ class Problem:
 
     def solver_arguments(self, *, C, max_iter, max_memory):
         """The solver's keyword arguments of every phase of this problem (set as :attr:`solver`)."""
-        tol = TOL_MANY_ROWS if self.tol == "auto" else self.tol  # "auto": each phase's, set by score()
+        # the tolerance is each phase's (score() sets it: phase_tol)
         self.solver = dict(n_classes=self.labels.n_classes, C=C, loss=self.loss,
-                           options=SolverOptions(tol=tol, max_iter=max_iter), max_memory=max_memory)
+                           options=SolverOptions(max_iter=max_iter), max_memory=max_memory)
         if self.multiple_choice:
             self.solver["position_bias"] = self.position_bias
         return self.solver
