@@ -7,12 +7,13 @@ b. ``aflite`` with ``tol="auto"`` trains each phase at the tolerance ``phase_tol
    whose training sets fall below the columns is the run of ``tol=3e-4`` up to that phase, and
    every phase from there on is trained at 1e-4; ``predictability`` (one phase) is the run of
    1e-4 on fewer rows than columns and of 3e-4 on more.
-c. ``AFLite`` and ``predictability`` take ``"auto"`` as their default.
+c. ``AFLite`` and ``predictability`` take ``"auto"`` as their default; ``oof_predict_proba``
+   (folds too) and ``RobustLogisticRegression`` accept it, with the same rule.
 """
 import numpy as np
 import pytest
 
-from aflite_fast import AFLite, aflite, predictability
+from aflite_fast import AFLite, RobustLogisticRegression, aflite, oof_predict_proba, predictability
 from aflite_fast.core import solver
 from aflite_fast.filtering.problem import Problem
 
@@ -86,3 +87,15 @@ def test_predictability_is_the_run_of_the_tolerance_of_its_sizes(make_problem, d
     for name in ("scores", "prob_label", "n_iter"):
         np.testing.assert_array_equal(getattr(auto, name), getattr(fixed, name))
     assert not np.array_equal(auto.n_iter, other.n_iter)
+
+
+@pytest.mark.parametrize("d,tol", [(450, 1e-4), (20, 3e-4)])  # 400 rows, folds of 300: fewer / more than d + 1
+def test_folds_and_the_estimator_follow_the_same_rule(make_problem, d, tol):
+    X, y = make_problem(np.random.default_rng(d + 1), 400, d, 3, signal=0.5)
+    other = 4e-4 - tol
+    oof = {t: oof_predict_proba(X, y, cv=4, random_state=0, n_jobs=1, tol=t) for t in ("auto", tol, other)}
+    np.testing.assert_array_equal(oof["auto"], oof[tol])
+    assert not np.array_equal(oof["auto"], oof[other])
+    est = {t: RobustLogisticRegression(tol=t, n_jobs=1).fit(X, y).coef_ for t in ("auto", tol, other)}
+    np.testing.assert_array_equal(est["auto"], est[tol])
+    assert not np.array_equal(est["auto"], est[other])

@@ -131,8 +131,9 @@ class RobustLogisticRegression(ClassifierMixin, BaseEstimator):
         (:class:`aflite_fast.core.user_losses.UserLoss`).
     C : float, default=1.0
         Inverse L2 strength (scikit-learn's meaning; the intercept is not penalized).
-    tol : float, default=1e-4
-        Stop when max |gradient| <= tol (the objective is mean loss + L2 term).
+    tol : float or "auto", default=1e-4
+        Stop when max |gradient| <= tol (the objective is mean loss + L2 term); ``"auto"`` as in
+        :func:`aflite_fast.aflite` (:func:`aflite_fast.core.solver.phase_tol`).
     max_iter : int, default=1000
     n_jobs : int, optional
         Threads; results do not depend on it.
@@ -225,7 +226,7 @@ class RobustLogisticRegression(ClassifierMixin, BaseEstimator):
         check_classification_targets(y)
         C = check_C(self.C)
         labels = problem.labels
-        options = solver.SolverOptions(tol=self.tol, max_iter=self.max_iter)
+        options = solver.SolverOptions(tol=problem.phase_tol(problem.n_rows), max_iter=self.max_iter)
         problem.scan()
         center = problem.center
         n_rows = problem.n_rows

@@ -308,7 +308,6 @@ def oof_run(X, y, *, cv=5, C=1.0, loss="ce", loss_params=None, n_partitions=None
     else:
         if train_size is not None:
             raise ValueError("train_size applies to n_partitions mode only; with cv the folds fix the training sets")
-        options = solver.SolverOptions(tol=tol, max_iter=max_iter)
         folds = make_folds(cv, labels.codes, random_state,
                            groups=None if groups is None else encode_groups(groups, n_rows))
         K = len(folds)
@@ -325,6 +324,8 @@ def oof_run(X, y, *, cv=5, C=1.0, loss="ce", loss_params=None, n_partitions=None
         if not covered.all():
             raise ValueError(f"{int(np.count_nonzero(~covered))} row(s) are in no test set; "
                              "the folds' test sets must cover every row")
+        # the folds' tolerance as a phase's (tol="auto": by the largest training set)
+        options = solver.SolverOptions(tol=problem.phase_tol(int(member.sum(axis=0).max())), max_iter=max_iter)
         with _progress_bar(progress, 2 * n_rows) as bar:
             problem.scan(progress=bar)
             bar.set_description(f"out-of-fold: training {K} models")
@@ -332,7 +333,8 @@ def oof_run(X, y, *, cv=5, C=1.0, loss="ce", loss_params=None, n_partitions=None
                 X, labels.codes, problem.center, member, heldout, n_classes=labels.n_classes, C=C, loss=problem.loss,
                 options=options, max_memory=max_memory, n_threads=problem.backend.n_threads, bar=bar)
         # the guards of every phase: no fold model reported that did not train
-        problem.check_models(coef, n_iter, status, lambda k: np.flatnonzero(member[:, k]), what="fold model")
+        problem.check_models(coef, n_iter, status, lambda k: np.flatnonzero(member[:, k]), what="fold model",
+                             tol=options.tol)
         mode = "folds"
     return OOFRun(proba=_normalize(proba_sum, seen), seen=seen, correct=correct, prob_label=prob_label,
                   codes=labels.codes, classes=labels.classes, n_iter=n_iter, status=status, mode=mode)
@@ -376,8 +378,9 @@ def oof_predict_proba(X, y, *, cv=5, C=1.0, loss="ce", loss_params=None, n_parti
         Seeds the folds (or partitions).
     n_jobs : int, optional
         Threads (None: all cores); results do not depend on it.
-    tol, max_iter : float, int
-        Each model's L-BFGS stopping rules (max |gradient| of mean loss + L2 term; iterations).
+    tol, max_iter : float or "auto", int
+        Each model's L-BFGS stopping rules (max |gradient| of mean loss + L2 term; iterations);
+        ``"auto"`` as in :func:`aflite_fast.aflite` (:func:`aflite_fast.core.solver.phase_tol`).
     groups : array-like of shape (N,), optional
         A group id per row: no group is split between a model's training and held-out rows.
         An int ``cv`` then gives ``StratifiedGroupKFold(cv, shuffle=True,
