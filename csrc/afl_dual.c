@@ -44,7 +44,7 @@ typedef struct {
     void *block;
 } dual_scratch;
 
-#define DUAL_WATCH 32
+#define DUAL_WATCH AFL_DUAL_WATCH
 
 static int64_t dual_scratch_layout(int64_t t_max, int64_t D, int C, int r, int hist, int64_t nk, int64_t *offsets)
 {
@@ -119,6 +119,8 @@ typedef struct {
     int r;
     const double *U;         /* D - 1 x C feature weights of the start (NULL: cold) */
     const double *XU_all, *UU_all, *VU_all;  /* its products on all rows, when every model shares it */
+    const double *Xw_all;    /* the call's rows' features watched from the start (n x DUAL_WATCH) */
+    int n_watch0;            /* entries watched from the start (features of pb->watch, C outputs each) */
     double l2, inv_n;
     double mu_inv, hb;       /* H0: 1 / mu, and its intercept entry */
     double *dV;              /* H0: 1 / (s sig_i + l2) - 1 / mu (r) */
@@ -270,6 +272,26 @@ int afl_dual_train(const afl_dual_problem *pb, int64_t B, const int64_t *mptr, c
         impl.start_products(pb, coef, pb->n, NULL, r, Ut, XU_all, UU_all, VU_all, n_threads);
         free(Ut);
     }
+    /* the features every model watches from its start, of all of the call's rows (read once
+     * here, not by every model from its rows' scattered entries) */
+    const int per_watch = DUAL_WATCH / pb->C > 0 ? DUAL_WATCH / pb->C : 1;
+    const int n_wf = pb->watch ? (pb->n_watch < per_watch ? pb->n_watch : per_watch) : 0;
+    const int n_entries = n_wf * pb->C < DUAL_WATCH ? n_wf * pb->C : DUAL_WATCH;
+    double *Xw_all = NULL;
+    if (n_wf > 0) {
+        Xw_all = malloc((size_t)(pb->n * DUAL_WATCH) * sizeof(double));
+        if (!Xw_all) {
+            free(XU_all); free(UU_all); free(VU_all);
+            free(KA); free(XVA); free(ident); free(XVt);
+            return -1;
+        }
+#pragma omp parallel for num_threads(n_threads) schedule(static) if (n_threads > 1)
+        for (int64_t i = 0; i < pb->n; i++) {
+            const float *x = pb->X + i * pb->ldx;
+            double *xw = Xw_all + i * DUAL_WATCH;
+            for (int q = 0; q < DUAL_WATCH; q++) xw[q] = q < n_entries ? (double)x[pb->watch[q / pb->C]] : 0.0;
+        }
+    }
 #pragma omp parallel num_threads(n_threads) reduction(min:rc)
     {
         dual_scratch s;
@@ -311,13 +333,15 @@ int afl_dual_train(const afl_dual_problem *pb, int64_t B, const int64_t *mptr, c
             md.XU_all = warm && XU_all ? XU_all : NULL;
             md.UU_all = UU_all;
             md.VU_all = VU_all;
+            md.Xw_all = Xw_all;
+            md.n_watch0 = Xw_all ? n_entries : 0;
             impl.train_model(&md, cj, alpha + mptr[j] * pb->C, n_iter + j, status + j, fval + j, n_eval + j);
         }
         free(U);
         free(dV);
         free(s.block);
     }
-    free(XU_all); free(UU_all); free(VU_all);
+    free(XU_all); free(UU_all); free(VU_all); free(Xw_all);
     free(KA); free(XVA); free(ident); free(XVt);
     return rc;
 }

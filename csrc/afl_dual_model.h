@@ -449,7 +449,13 @@ static int dual_train_model(dual_model *md, double *coef, double *alpha_out, int
     f = dual_eval(md, th, Gth, c);
     n_eval++;
     dual_watch watch;
-    watch.n = 0;
+    watch.n = md->n_watch0;
+    if (watch.n > 0) {
+        /* the features the caller names (feature f's C entries f C .. f C + C - 1, in order) */
+        for (int q = 0; q < watch.n; q++) watch.idx[q] = pb->watch[q / C] * C + q % C;
+        for (int64_t i = 0; i < t; i++)
+            memcpy(s->Xw + i * DUAL_WATCH, md->Xw_all + (int64_t)md->rows[i] * DUAL_WATCH, DUAL_WATCH * sizeof(double));
+    }
     if (!isfinite(f)) { status = DUAL_NOT_FINITE; goto done; }
     dual_gmul(md, c, Gc);
     if (gtol_j < 0.0) {

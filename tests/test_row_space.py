@@ -149,6 +149,32 @@ def test_bits_do_not_depend_on_threads_or_the_grams_rows():
     np.testing.assert_array_equal(alone[0], one[2])
 
 
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_watched_features_change_no_bit(n_classes):
+    # the features every model watches from its start only spare exact gradients: warm-started
+    # models at the default tolerance (where the watch decides most first checks) are the same
+    # with the gram's features of largest second moment, with none and with the least telling
+    X, y, center, gram, pre, active, member, Xa = _setup(13, n_classes=n_classes, n_active=200)
+    yy, krow = y[active], gram.lookup(active)
+    cold, _ = row_space.train_models_row_space(Xa, yy, member, n_classes, gram, krow, C=2.0, precond=pre)
+    start = np.repeat(cold.mean(axis=0)[None], member.shape[1], axis=0)
+    moment = (layout.augment_rows(X, center)[:, :-1].astype(np.float64) ** 2).sum(axis=0)  # the gram's rows
+    assert moment[gram.watch].min() >= np.delete(moment, gram.watch).max()
+    runs = []
+    for watch in (gram.watch, None, np.argsort(moment, kind="stable")[:32].astype(np.int64)):
+        gram.watch = watch
+        runs.append(row_space.train_models_row_space(Xa, yy, member, n_classes, gram, krow, C=2.0, precond=pre,
+                                                     coef=start.copy()))
+    assert runs[0][1]["n_iter"].max() > 1
+    for coef, info in runs[1:]:
+        np.testing.assert_array_equal(coef, runs[0][0])
+        np.testing.assert_array_equal(info["n_eval"], runs[0][1]["n_eval"])
+    gram.watch = np.array([Xa.shape[1] - 1], dtype=np.int64)  # the ones column is no feature
+    with pytest.raises(ValueError, match="watch"):
+        row_space.train_models_row_space(Xa, yy, member, n_classes, gram, krow, C=2.0, precond=pre,
+                                         coef=start.copy())
+
+
 @pytest.fixture
 def row_space_calls(monkeypatch):
     """A list that gets an entry for every call of the row-space solver."""

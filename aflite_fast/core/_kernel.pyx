@@ -79,7 +79,10 @@ cdef extern from "afl_dual.h" nogil:
         const double *XV
         const double *sig
         double sig_rest, s
+        const int64_t *watch
+        int n_watch
     int AFL_DUAL_MAX_OUT
+    int AFL_DUAL_WATCH
     int afl_dual_train(const afl_dual_problem *pb, int64_t B, const int64_t *mptr, const int32_t *mrows,
                        const double *l2, const double *inv_n, double *coef, double *alpha, int32_t *n_iter,
                        int32_t *status, double *fval, int32_t *n_eval, int n_threads)
@@ -1376,6 +1379,7 @@ def predict_accumulate(const float[:, :] X,          # IN  (n, D) rows with a tr
 
 
 DUAL_MAX_OUT = AFL_DUAL_MAX_OUT
+DUAL_WATCH = AFL_DUAL_WATCH
 
 
 def dual_scratch_bytes(int64_t t_max, int64_t D, int C, int r, int hist, int64_t nk):
@@ -1401,12 +1405,16 @@ def dual_train(const float[:, ::1] K,             # IN  (nk, nk) Gram matrix of 
                const double[:, ::1] Vt=None,      # IN  (r, D - 1) V transposed
                const double[:, ::1] XV=None,      # IN  (nk, r) X V on the rows of K
                const double[::1] sig=None,        # IN  (r,) their eigenvalues
-               double sig_rest=0.0, double curvature=1.0):
+               double sig_rest=0.0, double curvature=1.0,
+               const int64_t[::1] watch=None):    # IN  features every model watches from its start
     """Train the B models in the row space (``csrc/afl_dual.h``): C outputs of the reference-class
-    form, the last column of X the unpenalised intercept."""
+    form, the last column of X the unpenalised intercept.  ``watch``: features (most telling
+    first) whose gradient entries every model watches from its start, sparing exact gradients
+    (the models are the same with or without)."""
     cdef afl_dual_problem pb
     cdef int rc
     cdef int64_t B = mptr.shape[0] - 1
+    cdef Py_ssize_t i
     if X.shape[1] > 1 and X.strides[1] != sizeof(float):
         raise ValueError("dual_train: X rows must be contiguous")
     memset(&pb, 0, sizeof(pb))
@@ -1441,6 +1449,12 @@ def dual_train(const float[:, ::1] K,             # IN  (nk, nk) Gram matrix of 
         pb.sig = &sig[0]
         pb.sig_rest = sig_rest
         pb.s = curvature
+    if watch is not None and watch.shape[0] > 0:
+        for i in range(watch.shape[0]):
+            if watch[i] < 0 or watch[i] >= X.shape[1] - 1:
+                raise ValueError("dual_train: watch holds a column that is not a feature")
+        pb.watch = &watch[0]
+        pb.n_watch = <int> min(watch.shape[0], AFL_DUAL_WATCH)
     with nogil:
         rc = afl_dual_train(&pb, B, &mptr[0], &mrows[0], &l2[0], &inv_n[0], &coef[0, 0], &alpha[0, 0],
                             &n_iter[0], &status[0], &fval[0], &n_eval[0], n_threads)

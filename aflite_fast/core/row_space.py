@@ -97,6 +97,12 @@ class RowGram:
         self.K = G.astype(np.float32)
         self.rows = rows
         del G, Ft
+        # the features of largest second moment on these rows, whose gradient entries every
+        # model watches from its start: they spare most of the exact gradients (t x D) that
+        # otherwise find an entry above the tolerance (a function of the rows alone; the
+        # models do not depend on it)
+        moment = np.einsum("ij,ij->j", features, features, dtype=np.float64)
+        self.watch = np.ascontiguousarray(np.argsort(-moment, kind="stable")[:_kernel.DUAL_WATCH], dtype=np.int64)
 
         self._precond = None
 
@@ -212,7 +218,7 @@ def train_models_row_space(Xa, y, member, n_classes, gram, krow, *, C=1.0, loss=
     _kernel.dual_train(gram.K, np.ascontiguousarray(krow, dtype=np.int64), Xa, np.ascontiguousarray(y, np.int32),
                        mptr, mrows, work, alpha, l2, inv_n, n_out, spec.code, spec.params, spec.address,
                        options.tol, options.ftol, options.max_iter, options.history, options.max_line_search,
-                       n_iter, status, fval, n_eval, n_threads, **pre)
+                       n_iter, status, fval, n_eval, n_threads, watch=gram.watch, **pre)
     # every model's X_rows' alpha at once: the rows' coefficients scattered into an n x B C matrix,
     # one deterministic GEMM (float32 products, double sums per block of rows)
     A = np.zeros((n, B * n_out), dtype=np.float32)
