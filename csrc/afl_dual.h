@@ -25,8 +25,8 @@
  *     sqrt(D C) ||g||_inf, and no watched entry (t products each) exceeds the tolerance.  The
  *     watched entries are those largest at the model's last exact gradient; before its first,
  *     those of the features of largest second moment on the rows, which the caller names
- *     (32 of them: 39% of a small run's first exact products found an entry above the
- *     tolerance with none watched, 7% with these).  They only spare exact products: the
+ *     (32 of them; on 1,580 x 1,024 embeddings 29% of the exact products found an entry
+ *     above the tolerance without them, 5% with them).  They only spare exact products: the
  *     answer is the product's either way.
  *  C. A model's K_SS is gathered once into the thread's scratch as its upper triangle (about
  *     t^2 / 2 floats; row a of K read from the model's row a on), and a product reads each
