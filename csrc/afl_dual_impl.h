@@ -264,6 +264,12 @@ static double AFL_CAT(dual_dot, AFL_SFX)(int64_t n, const float *x, const double
     return r;
 }
 
+/* The sum of 8 lane sums by a fixed tree. */
+static inline double AFL_CAT(dual_lanes8, AFL_SFX)(const double *l)
+{
+    return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+}
+
 /* sum_i a[i] b[i] over n doubles, in 8 lanes (fixed order). */
 static double AFL_CAT(dual_ddot, AFL_SFX)(int64_t n, const double *a, const double *b)
 {
