@@ -121,6 +121,7 @@ typedef struct {
     const double *XU_all, *UU_all, *VU_all;  /* its products on all rows, when every model shares it */
     const double *Xw_all;    /* the call's rows' features watched from the start (n x DUAL_WATCH) */
     int n_watch0;            /* entries watched from the start (features of pb->watch, C outputs each) */
+    double *tail_out;        /* NULL, or C x (r + C + 1): its coefficients on V, U and the intercept */
     double l2, inv_n;
     double mu_inv, hb;       /* H0: 1 / mu, and its intercept entry */
     double *dV;              /* H0: 1 / (s sig_i + l2) - 1 / mu (r) */
@@ -186,9 +187,54 @@ static afl_dual_impl afl_dual_pick(void)
     return AFL_DUAL_IMPL(_generic);
 }
 
+/* Logits of every model on the call's rows (logits: n x B C, column k B + j output k of model
+ * j) from K: z = K_{i,S} alpha + (X V)_i gamma + (X U)_i beta + b, the first term one
+ * deterministic GEMM for all models (the scattered alphas rounded to float32; blocks of 256
+ * rows of the sum, added in double), the rest in double per entry, then rounded to float32.
+ * pb's K and XV are the call's (row i of X is row i of K); XU_all the shared start's products
+ * (NULL: no start). */
+#define DUAL_LOGIT_BLOCK 256
+static int dual_logits(const afl_dual_problem *pb, int64_t B, const int64_t *mptr, const int32_t *mrows,
+                       const double *alpha, const double *tails, const double *XU_all, int r, float *logits,
+                       int n_threads)
+{
+    const int C = pb->C;
+    const int64_t n = pb->n, BC = B * C, nt = r + C + 1, nkb = (n + DUAL_LOGIT_BLOCK - 1) / DUAL_LOGIT_BLOCK;
+    float *A = calloc((size_t)(n * BC + 1), sizeof(float));
+    double *Zd = malloc((size_t)(n * BC + 1) * sizeof(double));
+    int64_t *kb = malloc((size_t)(nkb + 1) * sizeof(int64_t));
+    if (!A || !Zd || !kb) {
+        free(A); free(Zd); free(kb);
+        return -1;
+    }
+    for (int64_t j = 0; j < B; j++)
+        for (int64_t a = mptr[j]; a < mptr[j + 1]; a++)
+            for (int k = 0; k < C; k++) A[(int64_t)mrows[a] * BC + k * B + j] = (float)alpha[a * C + k];
+    for (int64_t q = 0; q <= nkb; q++) kb[q] = q * DUAL_LOGIT_BLOCK < n ? q * DUAL_LOGIT_BLOCK : n;
+    int rc = afl_sgemm(0, n, BC, n, pb->K, pb->ldk, A, BC, NULL, Zd, BC, 0, kb, nkb, n_threads);
+    if (rc == 0) {
+        /* every entry its own sum: rows split among threads, the same values */
+#pragma omp parallel for num_threads(n_threads) schedule(static) if (n_threads > 1)
+        for (int64_t i = 0; i < n; i++) {
+            const double *xv = pb->XV + i * r, *xu = XU_all ? XU_all + i * C : NULL;
+            for (int k = 0; k < C; k++)
+                for (int64_t j = 0; j < B; j++) {
+                    const double *tj = tails + (j * C + k) * nt;
+                    double z = Zd[i * BC + k * B + j];
+                    for (int q = 0; q < r; q++) z += xv[q] * tj[q];
+                    if (xu)
+                        for (int l = 0; l < C; l++) z += xu[l] * tj[r + l];
+                    logits[i * BC + k * B + j] = (float)(z + tj[r + C]);
+                }
+        }
+    }
+    free(A); free(Zd); free(kb);
+    return rc;
+}
+
 int afl_dual_train(const afl_dual_problem *pb, int64_t B, const int64_t *mptr, const int32_t *mrows,
                    const double *l2, const double *inv_n, double *coef, double *alpha, int32_t *n_iter,
-                   int32_t *status, double *fval, int32_t *n_eval, int n_threads)
+                   int32_t *status, double *fval, int32_t *n_eval, float *logits, int n_threads)
 {
     static afl_dual_impl impl = {NULL, NULL, NULL};
     if (!impl.train_model) impl = afl_dual_pick();
@@ -206,7 +252,9 @@ int afl_dual_train(const afl_dual_problem *pb, int64_t B, const int64_t *mptr, c
     float *KA = NULL;
     double *XVA = NULL;
     int64_t *ident = NULL;
-    if (pb->n < pb->nk) {
+    int in_order = pb->n == pb->nk;
+    for (int64_t i = 0; i < pb->n && in_order; i++) in_order = pb->krow[i] == i;
+    if (!in_order) {
         const int64_t ldA = dual_pad(pb->n);
         KA = malloc((size_t)(pb->n * ldA + 16) * sizeof(float));
         XVA = malloc((size_t)(pb->n * r + 1) * sizeof(double));
@@ -252,12 +300,20 @@ int afl_dual_train(const afl_dual_problem *pb, int64_t B, const int64_t *mptr, c
     /* a warm start every model shares (a run's phases start all partitions from the last
      * phase's mean model): its products with the rows computed once, for all rows */
     const int64_t FC = (pb->D - 1) * pb->C;
-    int shared = B > 1;
-    int warm0 = 0;
+    int shared = 1;
+    int warm0 = 0, any_warm = 0;
     for (int64_t k = 0; k < FC; k++)
         if (coef[k] != 0.0) { warm0 = 1; break; }
     for (int64_t j = 1; j < B && shared; j++)
         if (memcmp(coef, coef + j * pb->D * pb->C, (size_t)FC * sizeof(double)) != 0) shared = 0;
+    for (int64_t j = 0; j < B && !any_warm; j++)
+        for (int64_t k = 0; k < FC; k++)
+            if (coef[j * pb->D * pb->C + k] != 0.0) { any_warm = 1; break; }
+    if (logits && any_warm && !shared) {
+        /* logits from K need the start's products with the rows, computed for a shared start only */
+        free(KA); free(XVA); free(ident); free(XVt);
+        return -3;
+    }
     double *XU_all = NULL, *UU_all = NULL, *VU_all = NULL, *Ut = NULL;
     if (shared && warm0) {
         XU_all = malloc((size_t)(pb->n * pb->C + 1) * sizeof(double));
@@ -277,11 +333,19 @@ int afl_dual_train(const afl_dual_problem *pb, int64_t B, const int64_t *mptr, c
     const int per_watch = DUAL_WATCH / pb->C > 0 ? DUAL_WATCH / pb->C : 1;
     const int n_wf = pb->watch ? (pb->n_watch < per_watch ? pb->n_watch : per_watch) : 0;
     const int n_entries = n_wf * pb->C < DUAL_WATCH ? n_wf * pb->C : DUAL_WATCH;
-    double *Xw_all = NULL;
+    double *Xw_all = NULL, *tails = NULL;
+    if (logits) {
+        tails = malloc((size_t)(B * pb->C * (r + pb->C + 1) + 1) * sizeof(double));
+        if (!tails) {
+            free(XU_all); free(UU_all); free(VU_all);
+            free(KA); free(XVA); free(ident); free(XVt);
+            return -1;
+        }
+    }
     if (n_wf > 0) {
         Xw_all = malloc((size_t)(pb->n * DUAL_WATCH) * sizeof(double));
         if (!Xw_all) {
-            free(XU_all); free(UU_all); free(VU_all);
+            free(XU_all); free(UU_all); free(VU_all); free(tails);
             free(KA); free(XVA); free(ident); free(XVt);
             return -1;
         }
@@ -335,13 +399,16 @@ int afl_dual_train(const afl_dual_problem *pb, int64_t B, const int64_t *mptr, c
             md.VU_all = VU_all;
             md.Xw_all = Xw_all;
             md.n_watch0 = Xw_all ? n_entries : 0;
+            md.tail_out = tails ? tails + j * pb->C * (r + pb->C + 1) : NULL;
             impl.train_model(&md, cj, alpha + mptr[j] * pb->C, n_iter + j, status + j, fval + j, n_eval + j);
         }
         free(U);
         free(dV);
         free(s.block);
     }
-    free(XU_all); free(UU_all); free(VU_all); free(Xw_all);
+    if (rc == 0 && logits)
+        rc = dual_logits(pb, B, mptr, mrows, alpha, tails, XU_all, r, logits, n_threads);
+    free(XU_all); free(UU_all); free(VU_all); free(Xw_all); free(tails);
     free(KA); free(XVA); free(ident); free(XVt);
     return rc;
 }

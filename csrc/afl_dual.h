@@ -36,7 +36,11 @@
  *     thread count or on which other models the call holds.  When the call's rows are a subset
  *     of K's, their block of K is copied out once first (each model's gather then reads rows of
  *     n floats, not nk).  The weights come back in the feature space: U beta and the intercept
- *     here, X_S' alpha by the caller (one GEMM for all models).
+ *     here, X_S' alpha by the caller (one GEMM for all models).  A phase needs the models'
+ *     logits on its rows and their mean, not each model's weights: the logits come from K
+ *     (K alpha for all models by one GEMM of n^2 B C, the start, V and intercept terms from their
+ *     products with the rows), where X W would take two products of n D B C (X_S' alpha, then
+ *     X W).
  *  D. The whole model's solver (afl_dual_model.h) is compiled once per instruction set, as the
  *     member pass is, and reproducible per instruction set: its vector loops use the target's
  *     lanes (and fused multiply-adds where it has them), its inner products dual_ddot's 8
@@ -97,11 +101,15 @@ typedef struct {
  * coef[j] + X_rows' alpha_j: coef is overwritten with the first term, alpha (mptr[B] x C, in
  * the order of mrows) receives the coefficients of the second; n_iter, status, fval, n_eval as the feature-space solver
  * reports them.  A model whose coef is all zero is a cold start (its tolerance also
- * start_rtol times its first gradient's largest entry).  Returns 0, or -1 if scratch memory
- * could not be allocated. */
+ * start_rtol times its first gradient's largest entry).  Unless logits is NULL, it receives
+ * every model's logits on the n rows (n x B C, column k B + j: output k of model j, float32),
+ * from K (the rows' alpha by one GEMM, the start, V and the intercept from their products
+ * with the rows): no model's weights are formed for them; the models' starts must then be
+ * all zero or all the same.  krow must be increasing.  Returns 0, -1 if scratch memory could
+ * not be allocated, -3 if logits were asked for models of different starts. */
 int afl_dual_train(const afl_dual_problem *pb, int64_t B, const int64_t *mptr, const int32_t *mrows,
                    const double *l2, const double *inv_n, double *coef, double *alpha, int32_t *n_iter,
-                   int32_t *status, double *fval, int32_t *n_eval, int n_threads);
+                   int32_t *status, double *fval, int32_t *n_eval, float *logits, int n_threads);
 
 /* Scratch bytes of one thread for models of up to t_max rows (the plan's memory count). */
 int64_t afl_dual_scratch_bytes(int64_t t_max, int64_t D, int C, int r, int hist, int64_t nk);

@@ -635,6 +635,10 @@ done:
         memcpy(coef, out, (size_t)(pb->D * C) * sizeof(double));
         for (int64_t a = 0; a < t; a++)
             for (int k = 0; k < C; k++) alpha_out[a * C + k] = th[k * m + a];
+        /* the coefficients on V, U and the intercept, for logits from K (afl_dual_train) */
+        if (md->tail_out)
+            for (int k = 0; k < C; k++)
+                memcpy(md->tail_out + k * (r + C + 1), th + k * m + md->oV, (size_t)(r + C + 1) * sizeof(double));
     }
     *n_iter_out = n_iter;
     *status_out = status;

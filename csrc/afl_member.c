@@ -613,3 +613,35 @@ int afl_predict(int64_t n, int64_t D, const float *X, int64_t ldx, int64_t B, in
     free(am);
     return rc;
 }
+
+int afl_predict_logits(int64_t n, int64_t B, int C, const float *Z, const int32_t *y, const uint8_t *heldout,
+                       int32_t *seen, int32_t *correct, double *prob_label, double *proba_sum, int n_threads,
+                       int ref)
+{
+    ref = ref ? 1 : 0;
+    const int64_t BC = B * (int64_t)C, bp = afl_member_pad(B);
+    const int CI = C + ref;
+    if (n <= 0 || B <= 0) return 0;
+    afl_member_init();
+    if (n_threads < 1) n_threads = 1;
+    double *work = (double *)malloc((size_t)(n_threads * (CI + 2) * bp) * sizeof(double));
+    int32_t *am = (int32_t *)malloc((size_t)(n_threads * bp) * sizeof(int32_t));
+    if (!work || !am) {
+        free(work);
+        free(am);
+        return -1;
+    }
+    const int64_t nblk = (n + 63) / 64;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(n_threads) schedule(static)
+#endif
+    for (int64_t b = 0; b < nblk; b++) {
+        const int64_t i0 = b * 64, i1 = i0 + 64 < n ? i0 + 64 : n;
+        const int t = omp_get_thread_num();
+        afl_rows.predict_rows(i0, i1, B, CI, ref, Z + i0 * BC, BC, y, heldout, seen, correct, prob_label, proba_sum,
+                              work + t * (CI + 2) * bp, am + t * bp);
+    }
+    free(work);
+    free(am);
+    return 0;
+}

@@ -164,6 +164,13 @@ int afl_predict(int64_t n, int64_t D, const float *X, int64_t ldx, int64_t B, in
                 const uint8_t *heldout, int32_t *seen, int32_t *correct, double *prob_label,
                 double *proba_sum, int64_t tile, int n_threads, int G, int ref);
 
+/* afl_predict's row pass from given logits Z (n x C B, float32, class-major as W's columns;
+ * G = 1): the same counts from the same logits.  Returns 0, or -1 if scratch memory could not
+ * be allocated. */
+int afl_predict_logits(int64_t n, int64_t B, int C, const float *Z, const int32_t *y, const uint8_t *heldout,
+                       int32_t *seen, int32_t *correct, double *prob_label, double *proba_sum, int n_threads,
+                       int ref);
+
 #ifdef __cplusplus
 }
 #endif

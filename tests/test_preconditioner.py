@@ -202,7 +202,7 @@ def test_small_x_run_builds_its_preconditioner_once_per_bucket(seed, make_proble
     built = _spy_on_built(monkeypatch)
     forms, row_sizes = [], []
     real_train = solver_module.train_models
-    real_rows = row_space.train_models_row_space
+    real_rows = row_space.phase_models_row_space
 
     def train_models(*args, **kwargs):
         forms.append(None if kwargs["precond"] is None else kwargs["precond"].form)
@@ -213,7 +213,7 @@ def test_small_x_run_builds_its_preconditioner_once_per_bucket(seed, make_proble
         return real_rows(Xa, y, member, *args, **kwargs)
 
     monkeypatch.setattr(solver_module, "train_models", train_models)
-    monkeypatch.setattr(row_space, "train_models_row_space", train_rows)
+    monkeypatch.setattr(row_space, "phase_models_row_space", train_rows)
     res = aflite_fast.aflite(X, y, target_size=200, n_partitions=8, train_size=0.5, slice_size=25, tau=0.0,
                              random_state=seed, progress=False, chance_check=False, n_jobs=2)
     sizes = [h.train_size for h in res.history]

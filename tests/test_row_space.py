@@ -17,7 +17,8 @@ import pytest
 from sklearn.linear_model import LogisticRegression
 
 from aflite_fast import aflite
-from aflite_fast.core import layout, row_space, solver
+from aflite_fast.core import layout, prediction, row_space, solver
+from aflite_fast.core.reference_class import to_reference
 from aflite_fast.io.inputs import scan_rows
 from aflite_fast.io.rows import membership_matrix
 from aflite_fast.phase import local, partitions
@@ -175,17 +176,59 @@ def test_watched_features_change_no_bit(n_classes):
                                          coef=start.copy())
 
 
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_phase_logits_from_k_are_the_models_logits(n_classes):
+    # a phase's logits come from K (no model's weights formed): they are those of the models'
+    # weights, so are the counts; the mean model without the models is their mean
+    X, y, center, gram, pre, active, member, Xa = _setup(15, n_classes=n_classes, n_active=200)
+    yy, krow = y[active], gram.lookup(active)
+    B = member.shape[1]
+    cold, _ = row_space.train_models_row_space(Xa, yy, member, n_classes, gram, krow, C=2.0, precond=pre)
+    for start in (None, np.repeat(cold.mean(axis=0)[None], B, axis=0)):
+        kw = dict(C=2.0, precond=pre)
+        coef, mean, Z, info = row_space.phase_models_row_space(
+            Xa, yy, member, n_classes, gram, krow, coef=None if start is None else start.copy(), **kw)
+        assert Z.shape == (Xa.shape[0], B * (n_classes - 1)) and Z.dtype == np.float32
+        ref = to_reference(coef)  # (B, D, C - 1)
+        Zw = np.einsum("nd,bdk->nkb", Xa.astype(np.float64), ref).reshape(Xa.shape[0], -1)
+        np.testing.assert_allclose(Z, Zw, rtol=0, atol=2e-5 * np.abs(Zw).max())
+        np.testing.assert_array_equal(mean, coef.mean(axis=0))
+        none, mean2, Z2, info2 = row_space.phase_models_row_space(
+            Xa, yy, member, n_classes, gram, krow, coef=None if start is None else start.copy(), models=False, **kw)
+        assert none is None
+        np.testing.assert_array_equal(Z2, Z)
+        np.testing.assert_array_equal(info2["n_eval"], info["n_eval"])
+        # float32 products either way (each model's coefficients, or their mean, times X's rows)
+        np.testing.assert_allclose(mean2, mean, rtol=1e-5, atol=1e-6 * np.abs(mean).max())
+        # the counts from the logits are those from the weights
+        heldout = np.subtract(1, member, dtype=np.uint8)
+        n = Xa.shape[0]
+        a = [np.zeros(n, np.int32), np.zeros(n, np.int32), np.zeros(n)]
+        b = [np.zeros(n, np.int32), np.zeros(n, np.int32), np.zeros(n)]
+        prediction.predict_from_logits(Z, yy, heldout, n_classes, *a)
+        prediction.predict_accumulate(Xa, yy, heldout, prediction.stack_weights(coef), n_classes, *b)
+        np.testing.assert_array_equal(a[0], b[0])
+        np.testing.assert_array_equal(a[1], b[1])
+        np.testing.assert_allclose(a[2], b[2], rtol=1e-5)
+    # starts that differ: no logits from K, the models instead
+    own = np.repeat(cold.mean(axis=0)[None], B, axis=0)
+    own[1] *= 2.0
+    coef, mean, Z, _ = row_space.phase_models_row_space(Xa, yy, member, n_classes, gram, krow, C=2.0, precond=pre,
+                                                        coef=own, models=False)
+    assert Z is None and coef.shape == (B, Xa.shape[1], n_classes)
+
+
 @pytest.fixture
 def row_space_calls(monkeypatch):
     """A list that gets an entry for every call of the row-space solver."""
     calls = []
-    real = row_space.train_models_row_space
+    real = row_space.phase_models_row_space
 
     def spy(*args, **kwargs):
         calls.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(row_space, "train_models_row_space", spy)
+    monkeypatch.setattr(row_space, "phase_models_row_space", spy)
     return calls
 
 

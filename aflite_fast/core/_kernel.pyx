@@ -85,7 +85,7 @@ cdef extern from "afl_dual.h" nogil:
     int AFL_DUAL_WATCH
     int afl_dual_train(const afl_dual_problem *pb, int64_t B, const int64_t *mptr, const int32_t *mrows,
                        const double *l2, const double *inv_n, double *coef, double *alpha, int32_t *n_iter,
-                       int32_t *status, double *fval, int32_t *n_eval, int n_threads)
+                       int32_t *status, double *fval, int32_t *n_eval, float *logits, int n_threads)
     int64_t afl_dual_scratch_bytes(int64_t t_max, int64_t D, int C, int r, int hist, int64_t nk)
 
 cdef extern from "afl_member.h" nogil:
@@ -124,6 +124,9 @@ cdef extern from "afl_member.h" nogil:
                     const float *W, const int64_t *col_blocks, int64_t ncb, const int32_t *y,
                     const uint8_t *heldout, int32_t *seen, int32_t *correct, double *prob_label,
                     double *proba_sum, int64_t tile, int n_threads, int G, int ref)
+    int afl_predict_logits(int64_t n, int64_t B, int C, const float *Z, const int32_t *y, const uint8_t *heldout,
+                           int32_t *seen, int32_t *correct, double *prob_label, double *proba_sum, int n_threads,
+                           int ref)
 
 cdef enum:
     ST_INIT = 0      # needs its first evaluation at the starting point
@@ -1378,6 +1381,34 @@ def predict_accumulate(const float[:, :] X,          # IN  (n, D) rows with a tr
         raise MemoryError("predict_accumulate: could not allocate scratch memory")
 
 
+def predict_logits(const float[:, ::1] Z,          # IN  (n, (n_classes - reference) * B) class-major logits
+                   const int32_t[::1] y,          # IN  (n,) label codes; -1: no label
+                   const uint8_t[:, ::1] heldout, # IN  (n, B) 1 where model j predicts row i
+                   int n_classes,
+                   int32_t[::1] seen, int32_t[::1] correct, double[::1] prob_label,
+                   double[:, ::1] proba_sum,      # IN/OUT (n, n_classes) summed probabilities, or (0, n_classes)
+                   int n_threads, int reference=0):
+    """:func:`predict_accumulate` from the models' logits (one row per item, ``group`` 1): the
+    same counts from the same logits."""
+    if reference not in (0, 1) or (reference and n_classes < 2):
+        raise ValueError("predict_logits: reference must be 0, or 1 with 2+ classes")
+    cdef int n_out = n_classes - reference
+    cdef int64_t n = Z.shape[0], B = heldout.shape[1]
+    cdef int rc = 0
+    cdef bint want_proba = proba_sum.shape[0] > 0
+    if (y.shape[0] != n or heldout.shape[0] != n or Z.shape[1] != B * n_out or seen.shape[0] != n
+            or correct.shape[0] != n or prob_label.shape[0] != n
+            or (want_proba and (proba_sum.shape[0] != n or proba_sum.shape[1] != n_classes))):
+        raise ValueError("predict_logits: inconsistent shapes")
+    if n == 0 or B == 0:
+        return
+    with nogil:
+        rc = afl_predict_logits(n, B, n_out, &Z[0, 0], &y[0], &heldout[0, 0], &seen[0], &correct[0],
+                                &prob_label[0], &proba_sum[0, 0] if want_proba else NULL, n_threads, reference)
+    if rc != 0:
+        raise MemoryError("predict_logits: could not allocate scratch memory")
+
+
 DUAL_MAX_OUT = AFL_DUAL_MAX_OUT
 DUAL_WATCH = AFL_DUAL_WATCH
 
@@ -1406,7 +1437,8 @@ def dual_train(const float[:, ::1] K,             # IN  (nk, nk) Gram matrix of 
                const double[:, ::1] XV=None,      # IN  (nk, r) X V on the rows of K
                const double[::1] sig=None,        # IN  (r,) their eigenvalues
                double sig_rest=0.0, double curvature=1.0,
-               const int64_t[::1] watch=None):    # IN  features every model watches from its start
+               const int64_t[::1] watch=None,     # IN  features every model watches from its start
+               float[:, ::1] logits=None):        # OUT (n, B * C) the models' logits (class-major), or None
     """Train the B models in the row space (``csrc/afl_dual.h``): C outputs of the reference-class
     form, the last column of X the unpenalised intercept.  ``watch``: features (most telling
     first) whose gradient entries every model watches from its start, sparing exact gradients
@@ -1455,9 +1487,20 @@ def dual_train(const float[:, ::1] K,             # IN  (nk, nk) Gram matrix of 
                 raise ValueError("dual_train: watch holds a column that is not a feature")
         pb.watch = &watch[0]
         pb.n_watch = <int> min(watch.shape[0], AFL_DUAL_WATCH)
+    cdef float *logits_ptr = NULL
+    if logits is not None:
+        if logits.shape[0] != X.shape[0] or logits.shape[1] != B * C:
+            raise ValueError("dual_train: logits must be (n, B * C)")
+        if X.shape[0] > 0:
+            logits_ptr = &logits[0, 0]
+    for i in range(1, krow.shape[0]):
+        if krow[i] <= krow[i - 1]:
+            raise ValueError("dual_train: krow must be increasing")
     with nogil:
         rc = afl_dual_train(&pb, B, &mptr[0], &mrows[0], &l2[0], &inv_n[0], &coef[0, 0], &alpha[0, 0],
-                            &n_iter[0], &status[0], &fval[0], &n_eval[0], n_threads)
+                            &n_iter[0], &status[0], &fval[0], &n_eval[0], logits_ptr, n_threads)
+    if rc == -3:
+        raise ValueError("dual_train: logits need the models' starts all zero or all the same")
     if rc == -2:
         raise ValueError(f"dual_train: at most {AFL_DUAL_MAX_OUT} outputs, got {C}")
     if rc != 0:

@@ -43,6 +43,15 @@ def predict_accumulate(Xa, y, heldout, W, n_classes, seen, correct, prob_label,
                                    int(uses_reference(n_classes, group)))
 
 
+def predict_from_logits(Z, y, heldout, n_classes, seen, correct, prob_label, proba_sum=None, n_threads=1):
+    """:func:`predict_accumulate` from the models' logits ``Z`` (n, (n_classes - 1) B) float32,
+    class-major in the reference-class form (column k B + j: output k of model j), for
+    ``n_classes`` >= 2 classes: the counts :func:`predict_accumulate` adds from the same logits."""
+    if proba_sum is None:
+        proba_sum = np.empty((0, n_classes), dtype=np.float64)
+    _kernel.predict_logits(Z, y, heldout, n_classes, seen, correct, prob_label, proba_sum, n_threads, 1)
+
+
 def predict_proba(Xa, coef, n_threads=1, group=1):
     """Probabilities of one model (coef of shape (D, C)) on augmented rows, float64 (n, C);
     with ``group`` = K > 1, of each item's K candidates (n / K, K)."""

@@ -157,28 +157,11 @@ class RowGram:
         return at
 
 
-def train_models_row_space(Xa, y, member, n_classes, gram, krow, *, C=1.0, loss="ce", loss_params=None,
-                           coef=None, options=None, n_threads=1, precond=None):
-    """:func:`~aflite_fast.core.solver.train_models` (classifiers, ``group`` 1, one unpenalised
-    ones column) in the row space.
-
-    Parameters
-    ----------
-    Xa, y, member, n_classes, C, loss, loss_params, coef, options, n_threads :
-        as in :func:`~aflite_fast.core.solver.train_models`
-    gram : RowGram
-        Holds the Gram matrix of the rows of ``Xa`` (their centred features).
-    krow : ndarray of shape (n,), int64
-        Row of ``gram.K`` of each row of ``Xa``.
-    precond : tuple, optional
-        H0's terms from :meth:`RowGram.preconditioner`; None (or ``options.precondition``
-        False): the identity.
-
-    Returns
-    -------
-    coef, info : as :func:`~aflite_fast.core.solver.train_models` returns them (the same
-        optimum; the path of the solver without preconditioner)
-    """
+def _solve(Xa, y, member, n_classes, gram, krow, *, C, loss, loss_params, coef, options, n_threads, precond,
+           with_logits):
+    """The row-space solver's call: (work, alpha, mptr, mrows, info, logits), work (B, D, C - 1)
+    the reference-class weights but X_rows' alpha, alpha (rows of every model, C - 1) their
+    coefficients, logits (n, B (C - 1)) float32 or None (see ``afl_dual_train``)."""
     from aflite_fast.core.solver import SolverOptions, starting_point
 
     options = options or SolverOptions()
@@ -214,19 +197,106 @@ def train_models_row_space(Xa, y, member, n_classes, gram, krow, *, C=1.0, loss=
     if precond is not None and options.precondition and precond[0] is not None:
         V, XV, sig, sig_rest = precond
         pre = dict(V=V, Vt=np.ascontiguousarray(V.T), XV=XV, sig=sig, sig_rest=sig_rest, curvature=1.0 / n_classes)
+    # logits from K need the models' starts (on the features) all zero or all the same
+    features = work.reshape(B, D, n_out)[:, :D - 1]
+    if with_logits and not (features == features[:1]).all():
+        with_logits = False
+    logits = np.empty((n, B * n_out), dtype=np.float32) if with_logits else None
     alpha = np.empty((mrows.size, n_out), dtype=np.float64)
     _kernel.dual_train(gram.K, np.ascontiguousarray(krow, dtype=np.int64), Xa, np.ascontiguousarray(y, np.int32),
                        mptr, mrows, work, alpha, l2, inv_n, n_out, spec.code, spec.params, spec.address,
                        options.tol, options.ftol, options.max_iter, options.history, options.max_line_search,
-                       n_iter, status, fval, n_eval, n_threads, watch=gram.watch, **pre)
-    # every model's X_rows' alpha at once: the rows' coefficients scattered into an n x B C matrix,
-    # one deterministic GEMM (float32 products, double sums per block of rows)
+                       n_iter, status, fval, n_eval, n_threads, watch=gram.watch, logits=logits, **pre)
+    info = {"n_iter": n_iter, "status": status, "objective": fval, "n_eval": n_eval}
+    return work.reshape(B, D, n_out), alpha, mptr, mrows, info, logits
+
+
+def _row_weights(Xa, alpha, mptr, mrows, n_out, n_threads):
+    """X_rows' alpha of every model at once, (D - 1, B, C - 1): the rows' coefficients scattered
+    into an n x B (C - 1) matrix, one deterministic GEMM (float32 products, double sums per
+    block of rows)."""
+    n, D = Xa.shape
+    B = mptr.size - 1
     A = np.zeros((n, B * n_out), dtype=np.float32)
     _rowscan.scatter_member_values(alpha, mptr, mrows, A)
     XW = np.zeros((_padded_width(Xa), B * n_out), dtype=np.float64)
     with limit_blas_threads():
         _kernel.sgemm(True, _padded_view(Xa), A, XW, block_bounds(n, _GEMM_ROW_BLOCK), False, n_threads)
-    work = work.reshape(B, D, n_out)
-    work[:, :D - 1, :] += XW[:D - 1].reshape(D - 1, B, n_out).transpose(1, 0, 2)
-    from_reference(work, out=coef)
-    return coef, {"n_iter": n_iter, "status": status, "objective": fval, "n_eval": n_eval}
+    return XW[:D - 1].reshape(D - 1, B, n_out)
+
+
+def train_models_row_space(Xa, y, member, n_classes, gram, krow, *, C=1.0, loss="ce", loss_params=None,
+                           coef=None, options=None, n_threads=1, precond=None):
+    """:func:`~aflite_fast.core.solver.train_models` (classifiers, ``group`` 1, one unpenalised
+    ones column) in the row space.
+
+    Parameters
+    ----------
+    Xa, y, member, n_classes, C, loss, loss_params, coef, options, n_threads :
+        as in :func:`~aflite_fast.core.solver.train_models`
+    gram : RowGram
+        Holds the Gram matrix of the rows of ``Xa`` (their centred features).
+    krow : ndarray of shape (n,), int64
+        Row of ``gram.K`` of each row of ``Xa`` (increasing).
+    precond : tuple, optional
+        H0's terms from :meth:`RowGram.preconditioner`; None (or ``options.precondition``
+        False): the identity.
+
+    Returns
+    -------
+    coef, info : as :func:`~aflite_fast.core.solver.train_models` returns them (the same
+        optimum; the path of the solver without preconditioner)
+    """
+    work, alpha, mptr, mrows, info, _ = _solve(Xa, y, member, n_classes, gram, krow, C=C, loss=loss,
+                                               loss_params=loss_params, coef=coef, options=options,
+                                               n_threads=n_threads, precond=precond, with_logits=False)
+    D, n_out = Xa.shape[1], n_classes - 1
+    work[:, :D - 1, :] += _row_weights(Xa, alpha, mptr, mrows, n_out, n_threads).transpose(1, 0, 2)
+    out = np.empty((member.shape[1], D, n_classes))
+    from_reference(work, out=out)
+    return out, info
+
+
+def phase_models_row_space(Xa, y, member, n_classes, gram, krow, *, C=1.0, loss="ce", loss_params=None,
+                           coef=None, options=None, n_threads=1, precond=None, models=True):
+    """:func:`train_models_row_space` for a phase: the models' logits on the rows of ``Xa`` too,
+    and their mean, without forming every model's weights unless ``models``.
+
+    Where the models' starts are all zero or all the same (a run's phases: cold, or the last
+    phase's mean model), their logits come from K (``afl_dual_train``): one product of K with
+    the rows' coefficients instead of the two products with X (X_rows' alpha, then X W), so no
+    model's weights are needed for prediction; their mean (the next phase's start) takes one
+    product of X with the mean coefficients.
+
+    Returns
+    -------
+    coef : ndarray (B, D, n_classes) or None
+        The models (None unless ``models``).
+    mean : ndarray (D, n_classes)
+        The mean model.
+    logits : ndarray (n, B (n_classes - 1)) float32, or None
+        Class-major (column k B + j: output k of model j, the reference-class form), or None
+        where the starts differ (then ``coef`` is given whatever ``models`` says).
+    info : dict
+        As :func:`train_models_row_space`.
+    """
+    work, alpha, mptr, mrows, info, logits = _solve(Xa, y, member, n_classes, gram, krow, C=C, loss=loss,
+                                                    loss_params=loss_params, coef=coef, options=options,
+                                                    n_threads=n_threads, precond=precond, with_logits=True)
+    n, D = Xa.shape
+    B, n_out = member.shape[1], n_classes - 1
+    if models or logits is None:
+        work[:, :D - 1, :] += _row_weights(Xa, alpha, mptr, mrows, n_out, n_threads).transpose(1, 0, 2)
+        out = np.empty((B, D, n_classes))
+        from_reference(work, out=out)
+        return out, out.mean(axis=0), logits, info
+    # the mean model: the mean of the starts' parts plus X' (the rows' mean coefficients)
+    mean_alpha = np.empty((n, n_out), dtype=np.float32)
+    for k in range(n_out):
+        mean_alpha[:, k] = np.bincount(mrows, weights=alpha[:, k], minlength=n) / B
+    XA = np.zeros((_padded_width(Xa), n_out), dtype=np.float64)
+    with limit_blas_threads():
+        _kernel.sgemm(True, _padded_view(Xa), mean_alpha, XA, block_bounds(n, _GEMM_ROW_BLOCK), False, n_threads)
+    mean = work.mean(axis=0)
+    mean[:D - 1] += XA[:D - 1]
+    return None, from_reference(mean[None])[0], logits, info

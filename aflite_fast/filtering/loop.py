@@ -711,7 +711,7 @@ class _Loop:
         warm = _warm_start(warm_mean, settings.n_partitions)
         # untrained models' votes are noise: never reported (ValueError naming the cause)
         res = problem.score(problem.labels.codes, active, train_pos, warm_coef=warm)
-        warm_mean = _mean_model(res.coef)
+        warm_mean = res.mean_model()
         scores[active] = res.scores
         views = {}
         if self.views is not None:  # each view on its own, counted as the combined scores are
@@ -859,8 +859,3 @@ def _warm_start(warm_mean, n_partitions):
     return np.repeat(warm_mean[None], n_partitions, axis=0)
 
 
-def _mean_model(coef):
-    """The mean of a phase's models (one per view with views: ``coef`` a list)."""
-    if isinstance(coef, list):
-        return [c.mean(axis=0) for c in coef]
-    return coef.mean(axis=0)

@@ -58,8 +58,8 @@ class ViewScores:
 
     ``scores`` is the combined score (NaN where a row was never held out), ``correct`` and
     ``prob_label`` the views' combined by the same rule; ``coef`` the list of the views' model
-    weights (one array per view); ``n_iter`` and ``status`` hold the models of every view, view
-    after view.
+    weights (one array per view, or None where only their mean was formed); ``n_iter`` and
+    ``status`` hold the models of every view, view after view.
     """
 
     seen: np.ndarray
@@ -71,6 +71,10 @@ class ViewScores:
     status: np.ndarray
     n_blocks: int
     views: dict = field(default_factory=dict)
+
+    def mean_model(self):
+        """The mean model of each view's phase (a list, in the views' order)."""
+        return [res.mean_model() for res in self.views.values()]
 
 
 def combine_scores(results, combine):

@@ -99,7 +99,8 @@ def score_phase(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="
     seen, correct, prob_label, n_chunks, read_predict = _predict(plan, X, codes, active, center, trained,
                                                                   proba_sum, on_block)
     t2 = time.perf_counter()
-    return PhaseScores(seen=seen, correct=correct, prob_label=prob_label, coef=trained.coef, n_iter=trained.n_iter,
+    return PhaseScores(seen=seen, correct=correct, prob_label=prob_label, coef=trained.coef,
+                       mean_coef=trained.mean_coef, n_iter=trained.n_iter,
                        status=trained.status, n_blocks=len(plan.blocks),
                        seconds={"train": t1 - t0, "predict": t2 - t1, "read_train": trained.read_seconds,
                                 "read_predict": read_predict, "preconditioner": trained.precond_seconds},
@@ -159,6 +160,8 @@ class _Trained:
     precond_seconds: float
     rows_in_memory: object = None  # the single block's gathered rows
     positions_in_memory: object = None  # their positions in the active set
+    logits: object = None  # the models' logits on every active row (row space), or None
+    mean_coef: object = None  # the models' mean (row space), or None
 
 
 def _train(plan, X, codes, active, center, train_pos, *, C, loss, loss_params, warm_coef, on_block, workspace):
@@ -172,7 +175,8 @@ def _train(plan, X, codes, active, center, train_pos, *, C, loss, loss_params, w
     n_eval = np.zeros(m, dtype=np.int32)
     Ck = kernel_C(C, n_classes) if G == 1 else C
     if _in_row_space(plan, train_pos, loss, loss_params):
-        return _train_row_space(plan, X, codes, active, center, coef, Ck, loss, loss_params, on_block, workspace)
+        return _train_row_space(plan, X, codes, active, center, coef, Ck, loss, loss_params, on_block, workspace,
+                                models=warm_coef is None)
     # each model's sums over groups of X's rows (items of multiple-choice X: a group is whole
     # items) are added by a fixed tree (layout.reduction_layout), so that processes holding
     # whole groups give the same bits (aflite_fast.phase.dask_backend)
@@ -283,7 +287,9 @@ def _in_row_space(plan, train_pos, loss, loss_params):
     need = (row_space.row_space_bytes(plan.n_rows_x, train_pos.shape[1], plan.D, plan.n_out, plan.options.history,
                                       plan.n_threads)
             + layout.row_buffer_size(plan.n_active, plan.D) * 4
-            + plan.n_models * plan.D * plan.n_out * 8 * 2)
+            + plan.n_models * plan.D * plan.n_out * 8 * 2
+            # the logits from K: the rows' coefficients (float32), their product (double), the logits
+            + plan.n_active * plan.n_models * plan.n_out * (4 + 8 + 4))
     if need > plan.budget:
         warnings.warn(f"max_memory leaves {plan.budget / 1e6:.0f} MB for training, less than the "
                       f"{need / 1e6:.0f} MB of the row-space solver of {plan.n_active} rows; training in the feature "
@@ -293,9 +299,11 @@ def _in_row_space(plan, train_pos, loss, loss_params):
     return True
 
 
-def _train_row_space(plan, X, codes, active, center, coef, Ck, loss, loss_params, on_block, workspace):
+def _train_row_space(plan, X, codes, active, center, coef, Ck, loss, loss_params, on_block, workspace, models):
     """Every partition in one call of the row-space solver, from the Gram matrix of the active
-    rows (kept by the workspace from phase to phase)."""
+    rows (kept by the workspace from phase to phase); the models' logits on the active rows from
+    it too, and their weights only if ``models`` (a cold phase, whose models are checked) or
+    where the logits cannot come from K (starts that differ)."""
     n_threads, D, n_active = plan.n_threads, plan.D, plan.n_active
     r0 = time.perf_counter()
     if workspace is not None:
@@ -318,12 +326,13 @@ def _train_row_space(plan, X, codes, active, center, coef, Ck, loss, loss_params
 
     gram = build() if workspace is None else workspace.row_gram(X, every, center, build)
     gram_seconds = time.perf_counter() - p0
-    coef, info = row_space.train_models_row_space(
+    coef, mean, logits, info = row_space.phase_models_row_space(
         Xa, codes[active], plan.member, plan.n_out, gram, gram.lookup(active), C=Ck, loss=loss,
         loss_params=loss_params, coef=coef, options=plan.options, n_threads=n_threads,
-        precond=gram.preconditioner(None) if plan.options.precondition else None)
+        precond=gram.preconditioner(None) if plan.options.precondition else None, models=models)
     trained = _Trained(coef, info["n_iter"], info["status"], info["n_eval"], read_seconds, gram_seconds)
     trained.rows_in_memory, trained.positions_in_memory = Xa, np.arange(n_active, dtype=np.int64)
+    trained.logits, trained.mean_coef = logits, mean
     if on_block is not None:
         on_block()
     return trained
@@ -337,6 +346,15 @@ def _predict(plan, X, codes, active, center, trained, proba_sum, on_block):
     seen = np.zeros(n_active, dtype=np.int32)
     correct = np.zeros(n_active, dtype=np.int32)
     prob_label = np.zeros(n_active, dtype=np.float64)
+    if trained.logits is not None:
+        # the row space's logits of every active row (from K): only the counts are left to do
+        heldout = np.subtract(1, member, dtype=np.uint8)
+        prediction.predict_from_logits(trained.logits, codes[active], heldout, n_out, seen, correct, prob_label,
+                                       proba_sum, n_threads)
+        trained.logits = trained.rows_in_memory = trained.positions_in_memory = None
+        if on_block is not None:
+            on_block()
+        return seen, correct, prob_label, 1, read_seconds
     W = prediction.stack_weights(trained.coef)
     per_row = prediction_row_bytes(plan.d, plan.n_models, n_out) * G
     # positions to predict, in runs: rows of the trained block (already gathered) and the rest;

@@ -13,7 +13,9 @@ class PhaseScores:
     solver's preconditioner inside training (``preconditioner``, its reads included); ``n_blocks`` and
     ``n_chunks`` count the blocks of partitions and the prediction chunks; ``n_eval`` the
     evaluations of objective and gradient of each partition's model (None where the backend
-    does not report them).
+    does not report them).  ``coef`` holds the models (m, d + 1, C), or None where only their
+    mean ``mean_coef`` was formed (:meth:`mean_model`; warm-started phases in the row space,
+    whose models are not checked).
     """
 
     seen: np.ndarray
@@ -26,6 +28,13 @@ class PhaseScores:
     seconds: dict = field(default_factory=dict)
     n_chunks: int = 1
     n_eval: np.ndarray = None
+    mean_coef: np.ndarray = None
+
+    def mean_model(self):
+        """The mean of the phase's models, (d + 1, C): ``mean_coef`` where the backend gave it
+        (``coef`` may then be None: models trained in the row space after a run's first
+        phase), else the mean of ``coef``."""
+        return self.mean_coef if self.mean_coef is not None else self.coef.mean(axis=0)
 
     @property
     def scores(self):
