@@ -203,10 +203,14 @@ static int dual_logits(const afl_dual_problem *pb, int64_t B, const int64_t *mpt
     float *A = calloc((size_t)(n * BC + 1), sizeof(float));
     double *Zd = malloc((size_t)(n * BC + 1) * sizeof(double));
     int64_t *kb = malloc((size_t)(nkb + 1) * sizeof(int64_t));
-    if (!A || !Zd || !kb) {
-        free(A); free(Zd); free(kb);
+    double *Gt = malloc((size_t)((r + C + 1) * BC) * sizeof(double));   /* the tails by term: row q, column k B + j */
+    if (!A || !Zd || !kb || !Gt) {
+        free(A); free(Zd); free(kb); free(Gt);
         return -1;
     }
+    for (int64_t j = 0; j < B; j++)
+        for (int k = 0; k < C; k++)
+            for (int64_t q = 0; q < nt; q++) Gt[q * BC + k * B + j] = tails[(j * C + k) * nt + q];
     for (int64_t j = 0; j < B; j++)
         for (int64_t a = mptr[j]; a < mptr[j + 1]; a++)
             for (int k = 0; k < C; k++) A[(int64_t)mrows[a] * BC + k * B + j] = (float)alpha[a * C + k];
@@ -216,19 +220,25 @@ static int dual_logits(const afl_dual_problem *pb, int64_t B, const int64_t *mpt
         /* every entry its own sum: rows split among threads, the same values */
 #pragma omp parallel for num_threads(n_threads) schedule(static) if (n_threads > 1)
         for (int64_t i = 0; i < n; i++) {
+            /* per entry: the K part, then the V terms in order, the start's, the intercept (a
+             * loop over the entries of the row for each term) */
+            double *restrict z = Zd + i * BC;
             const double *xv = pb->XV + i * r, *xu = XU_all ? XU_all + i * C : NULL;
-            for (int k = 0; k < C; k++)
-                for (int64_t j = 0; j < B; j++) {
-                    const double *tj = tails + (j * C + k) * nt;
-                    double z = Zd[i * BC + k * B + j];
-                    for (int q = 0; q < r; q++) z += xv[q] * tj[q];
-                    if (xu)
-                        for (int l = 0; l < C; l++) z += xu[l] * tj[r + l];
-                    logits[i * BC + k * B + j] = (float)(z + tj[r + C]);
+            for (int q = 0; q < r; q++) {
+                const double x = xv[q], *restrict g = Gt + q * BC;
+                for (int64_t e = 0; e < BC; e++) z[e] += x * g[e];
+            }
+            if (xu)
+                for (int l = 0; l < C; l++) {
+                    const double x = xu[l], *restrict g = Gt + (r + l) * BC;
+                    for (int64_t e = 0; e < BC; e++) z[e] += x * g[e];
                 }
+            const double *restrict gb = Gt + (r + C) * BC;
+            float *restrict out = logits + i * BC;
+            for (int64_t e = 0; e < BC; e++) out[e] = (float)(z[e] + gb[e]);
         }
     }
-    free(A); free(Zd); free(kb);
+    free(A); free(Zd); free(kb); free(Gt);
     return rc;
 }
 
