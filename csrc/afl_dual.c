@@ -172,10 +172,11 @@ typedef struct {
     void (*start_products)(const afl_dual_problem *, const double *, int64_t, const int32_t *, int, double *,
                            double *, double *, double *, int);
     int (*train_model)(dual_model *, double *, double *, int32_t *, int32_t *, double *, int32_t *);
+    void (*rows_product)(int64_t, int64_t, const float *, const float *const *, float *restrict, double *restrict);
 } afl_dual_impl;
 
 #define AFL_DUAL_IMPL(sfx) \
-    (afl_dual_impl){dual_gather##sfx, dual_start_products##sfx, dual_train_model##sfx}
+    (afl_dual_impl){dual_gather##sfx, dual_start_products##sfx, dual_train_model##sfx, dual_rows_product##sfx}
 
 static afl_dual_impl afl_dual_pick(void)
 {
@@ -242,11 +243,53 @@ static int dual_logits(const afl_dual_problem *pb, int64_t B, const int64_t *mpt
     return rc;
 }
 
+/* mean_rows (D - 1 x C, row-major) = sum_i abar_i x_i over the call's rows, abar_i the mean over
+ * the B models of row i's alpha (0 where a model does not train on it; the models' sum in model
+ * order, rounded to float32): the rows' part of the mean model.  dual_rows_product's sums
+ * (float products, double sums per block of rows) per feature, the features split among the
+ * threads: the same values whatever their number. */
+static int dual_mean_rows(const afl_dual_problem *pb, int64_t B, const int64_t *mptr, const int32_t *mrows,
+                          const double *alpha, double *mean_rows, int n_threads, const afl_dual_impl *impl)
+{
+    const int C = pb->C;
+    const int64_t n = pb->n, F = pb->D - 1;
+    double *sum = calloc((size_t)(n * C + 1), sizeof(double));
+    float *cf = malloc((size_t)(C * n + 1) * sizeof(float));
+    const float **xp = malloc((size_t)(n_threads * n + 1) * sizeof(float *));
+    float *facc = malloc((size_t)(n_threads * F + 1) * sizeof(float));
+    double *acc = calloc((size_t)(C * F + 1), sizeof(double));
+    if (!sum || !cf || !xp || !facc || !acc) {
+        free(sum); free(cf); free(xp); free(facc); free(acc);
+        return -1;
+    }
+    for (int64_t j = 0; j < B; j++)
+        for (int64_t a = mptr[j]; a < mptr[j + 1]; a++)
+            for (int k = 0; k < C; k++) sum[(int64_t)mrows[a] * C + k] += alpha[a * C + k];
+    for (int k = 0; k < C; k++)
+        for (int64_t i = 0; i < n; i++) cf[k * n + i] = (float)(sum[i * C + k] / (double)B);
+    const int64_t per = (F + n_threads - 1) / n_threads;
+#pragma omp parallel for num_threads(n_threads) schedule(static) if (n_threads > 1)
+    for (int th = 0; th < n_threads; th++) {
+        const int64_t f0 = th * per, f1 = f0 + per < F ? f0 + per : F;
+        if (f1 > f0) {
+            const float **x = xp + th * n;
+            for (int64_t i = 0; i < n; i++) x[i] = afl_dual_xrow(pb, i) + f0;
+            for (int k = 0; k < C; k++)
+                impl->rows_product(f1 - f0, n, cf + k * n, x, facc + th * F, acc + k * F + f0);
+        }
+    }
+    for (int64_t f = 0; f < F; f++)
+        for (int k = 0; k < C; k++) mean_rows[f * C + k] = acc[k * F + f];
+    free(sum); free(cf); free(xp); free(facc); free(acc);
+    return 0;
+}
+
 int afl_dual_train(const afl_dual_problem *pb, int64_t B, const int64_t *mptr, const int32_t *mrows,
                    const double *l2, const double *inv_n, double *coef, double *alpha, int32_t *n_iter,
-                   int32_t *status, double *fval, int32_t *n_eval, float *logits, int n_threads)
+                   int32_t *status, double *fval, int32_t *n_eval, float *logits, double *mean_rows,
+                   int n_threads)
 {
-    static afl_dual_impl impl = {NULL, NULL, NULL};
+    static afl_dual_impl impl = {NULL, NULL, NULL, NULL};
     if (!impl.train_model) impl = afl_dual_pick();
     if (pb->C > AFL_DUAL_MAX_OUT) return -2;
     const int r = pb->r > 0 ? pb->r : 0;
@@ -361,7 +404,7 @@ int afl_dual_train(const afl_dual_problem *pb, int64_t B, const int64_t *mptr, c
         }
 #pragma omp parallel for num_threads(n_threads) schedule(static) if (n_threads > 1)
         for (int64_t i = 0; i < pb->n; i++) {
-            const float *x = pb->X + i * pb->ldx;
+            const float *x = afl_dual_xrow(pb, i);
             double *xw = Xw_all + i * DUAL_WATCH;
             for (int q = 0; q < DUAL_WATCH; q++) xw[q] = q < n_entries ? (double)x[pb->watch[q / pb->C]] : 0.0;
         }
@@ -418,6 +461,8 @@ int afl_dual_train(const afl_dual_problem *pb, int64_t B, const int64_t *mptr, c
     }
     if (rc == 0 && logits)
         rc = dual_logits(pb, B, mptr, mrows, alpha, tails, XU_all, r, logits, n_threads);
+    if (rc == 0 && mean_rows)
+        rc = dual_mean_rows(pb, B, mptr, mrows, alpha, mean_rows, n_threads, &impl);
     free(XU_all); free(UU_all); free(VU_all); free(Xw_all); free(tails);
     free(KA); free(XVA); free(ident); free(XVt);
     return rc;

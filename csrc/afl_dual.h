@@ -66,8 +66,9 @@ typedef struct {
     int64_t ldk;
     const float *K;          /* Gram matrix of the centred features of the rows krow points to */
     const int64_t *krow;     /* n: row of K of each row of X */
-    int64_t n, D, ldx;       /* X: n rows (stride ldx), D columns, the last the ones column */
+    int64_t n, D, ldx;       /* the call's n rows of X (stride ldx), D columns, the last the ones column */
     const float *X;
+    const int64_t *xrow;     /* NULL: row i of X is the call's row i; else row xrow[i] of X is */
     const int32_t *y;        /* n label codes */
     int C;                   /* outputs: classes - 1 (the reference-class form) */
     int loss_code;
@@ -92,6 +93,12 @@ typedef struct {
     int n_watch;
 } afl_dual_problem;
 
+/* The call's row i of X. */
+static inline const float *afl_dual_xrow(const afl_dual_problem *pb, int64_t i)
+{
+    return pb->X + (pb->xrow ? pb->xrow[i] : i) * pb->ldx;
+}
+
 /* Gradient entries a model watches between exact gradients (see B). */
 #define AFL_DUAL_WATCH 32
 
@@ -105,11 +112,14 @@ typedef struct {
  * every model's logits on the n rows (n x B C, column k B + j: output k of model j, float32),
  * from K (the rows' alpha by one GEMM, the start, V and the intercept from their products
  * with the rows): no model's weights are formed for them; the models' starts must then be
- * all zero or all the same.  krow must be increasing.  Returns 0, -1 if scratch memory could
- * not be allocated, -3 if logits were asked for models of different starts. */
+ * all zero or all the same.  Unless mean_rows is NULL, it receives the mean over the models of
+ * X_rows' alpha (D - 1 x C: the rows' part of the mean model).  krow must be increasing.
+ * Returns 0, -1 if scratch memory could not be allocated, -3 if logits were asked for models of
+ * different starts. */
 int afl_dual_train(const afl_dual_problem *pb, int64_t B, const int64_t *mptr, const int32_t *mrows,
                    const double *l2, const double *inv_n, double *coef, double *alpha, int32_t *n_iter,
-                   int32_t *status, double *fval, int32_t *n_eval, float *logits, int n_threads);
+                   int32_t *status, double *fval, int32_t *n_eval, float *logits, double *mean_rows,
+                   int n_threads);
 
 /* Scratch bytes of one thread for models of up to t_max rows (the plan's memory count). */
 int64_t afl_dual_scratch_bytes(int64_t t_max, int64_t D, int C, int r, int hist, int64_t nk);

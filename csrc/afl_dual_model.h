@@ -42,7 +42,7 @@ static void dual_start_products(const afl_dual_problem *pb, const double *U, int
     /* rows split among n_threads (each row's products its own: the same values) */
 #pragma omp parallel for num_threads(n_threads) schedule(static) if (n_threads > 1)
     for (int64_t a = 0; a < t; a++) {
-        const float *x = pb->X + (int64_t)(rows ? rows[a] : a) * pb->ldx;
+        const float *x = afl_dual_xrow(pb, rows ? rows[a] : a);
         for (int l = 0; l < C; l++) XU[a * C + l] = DUAL_FN(dual_dot)(F, x, Ut + l * F);
     }
     for (int l = 0; l < C; l++)
@@ -178,7 +178,7 @@ static void dual_to_features(const dual_model *md, const double *v, double *out,
         /* X_S' v_rows (float products, double sums per block of rows: see dual_rows_product) */
         float *cf = md->s->vf;
         const float **xr = md->s->xrow;
-        for (int64_t i = 0; i < t; i++) xr[i] = pb->X + (int64_t)md->rows[i] * pb->ldx;
+        for (int64_t i = 0; i < t; i++) xr[i] = afl_dual_xrow(pb, md->rows[i]);
         for (int k = 0; k < C; k++) {
             for (int64_t i = 0; i < t; i++) cf[i] = (float)v[k * m + i];
             DUAL_FN(dual_rows_product)(F, t, cf, xr, md->s->facc, acc + k * F);
@@ -252,7 +252,7 @@ static double dual_max_abs(const dual_model *md, const double *c, dual_watch *w,
     w->n = n;
     /* the watched features of the rows, row by row (entry q of row i at Xw[i * DUAL_WATCH + q]) */
     for (int64_t i = 0; i < md->t; i++) {
-        const float *x = pb->X + (int64_t)md->rows[i] * pb->ldx;
+        const float *x = afl_dual_xrow(pb, md->rows[i]);
         double *xw = md->s->Xw + i * DUAL_WATCH;
         for (int q = 0; q < n; q++) xw[q] = (double)x[w->idx[q] / pb->C];
         for (int q = n; q < DUAL_WATCH; q++) xw[q] = 0.0;

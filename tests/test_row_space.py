@@ -197,6 +197,11 @@ def test_phase_logits_from_k_are_the_models_logits(n_classes):
             Xa, yy, member, n_classes, gram, krow, coef=None if start is None else start.copy(), models=False, **kw)
         assert none is None
         np.testing.assert_array_equal(Z2, Z)
+        _, mean3, Z3, _ = row_space.phase_models_row_space(  # two threads: the same bits
+            Xa, yy, member, n_classes, gram, krow, coef=None if start is None else start.copy(), models=False,
+            n_threads=2, **kw)
+        np.testing.assert_array_equal(mean3, mean2)
+        np.testing.assert_array_equal(Z3, Z)
         np.testing.assert_array_equal(info2["n_eval"], info["n_eval"])
         # float32 products either way (each model's coefficients, or their mean, times X's rows)
         np.testing.assert_allclose(mean2, mean, rtol=1e-5, atol=1e-6 * np.abs(mean).max())

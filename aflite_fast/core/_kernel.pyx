@@ -67,6 +67,7 @@ cdef extern from "afl_dual.h" nogil:
         const int64_t *krow
         int64_t n, D, ldx
         const float *X
+        const int64_t *xrow
         const int32_t *y
         int C, loss_code
         const double *params
@@ -85,7 +86,8 @@ cdef extern from "afl_dual.h" nogil:
     int AFL_DUAL_WATCH
     int afl_dual_train(const afl_dual_problem *pb, int64_t B, const int64_t *mptr, const int32_t *mrows,
                        const double *l2, const double *inv_n, double *coef, double *alpha, int32_t *n_iter,
-                       int32_t *status, double *fval, int32_t *n_eval, float *logits, int n_threads)
+                       int32_t *status, double *fval, int32_t *n_eval, float *logits, double *mean_rows,
+                       int n_threads)
     int64_t afl_dual_scratch_bytes(int64_t t_max, int64_t D, int C, int r, int hist, int64_t nk)
 
 cdef extern from "afl_member.h" nogil:
@@ -1438,7 +1440,9 @@ def dual_train(const float[:, ::1] K,             # IN  (nk, nk) Gram matrix of 
                const double[::1] sig=None,        # IN  (r,) their eigenvalues
                double sig_rest=0.0, double curvature=1.0,
                const int64_t[::1] watch=None,     # IN  features every model watches from its start
-               float[:, ::1] logits=None):        # OUT (n, B * C) the models' logits (class-major), or None
+               float[:, ::1] logits=None,         # OUT (n, B * C) the models' logits (class-major), or None
+               const int64_t[::1] xrow=None,      # IN  (n,) row of X of each of the call's rows (None: X's rows)
+               double[:, ::1] mean_rows=None):    # OUT (D - 1, C) the models' mean X_rows' alpha, or None
     """Train the B models in the row space (``csrc/afl_dual.h``): C outputs of the reference-class
     form, the last column of X the unpenalised intercept.  ``watch``: features (most telling
     first) whose gradient entries every model watches from its start, sparing exact gradients
@@ -1455,6 +1459,14 @@ def dual_train(const float[:, ::1] K,             # IN  (nk, nk) Gram matrix of 
     pb.K = &K[0, 0]
     pb.krow = &krow[0]
     pb.n = X.shape[0]
+    if xrow is not None:
+        for i in range(xrow.shape[0]):
+            if xrow[i] < 0 or xrow[i] >= X.shape[0]:
+                raise ValueError("dual_train: xrow holds a row X does not have")
+        pb.n = xrow.shape[0]
+        pb.xrow = &xrow[0] if xrow.shape[0] else NULL
+    if krow.shape[0] != pb.n or y.shape[0] != pb.n:
+        raise ValueError("dual_train: krow and y need one entry per row")
     pb.D = X.shape[1]
     pb.ldx = X.strides[0] // sizeof(float)
     pb.X = &X[0, 0]
@@ -1489,16 +1501,22 @@ def dual_train(const float[:, ::1] K,             # IN  (nk, nk) Gram matrix of 
         pb.n_watch = <int> min(watch.shape[0], AFL_DUAL_WATCH)
     cdef float *logits_ptr = NULL
     if logits is not None:
-        if logits.shape[0] != X.shape[0] or logits.shape[1] != B * C:
+        if logits.shape[0] != pb.n or logits.shape[1] != B * C:
             raise ValueError("dual_train: logits must be (n, B * C)")
-        if X.shape[0] > 0:
+        if pb.n > 0:
             logits_ptr = &logits[0, 0]
+    cdef double *mean_ptr = NULL
+    if mean_rows is not None:
+        if mean_rows.shape[0] != X.shape[1] - 1 or mean_rows.shape[1] != C:
+            raise ValueError("dual_train: mean_rows must be (D - 1, C)")
+        if mean_rows.shape[0] > 0:
+            mean_ptr = &mean_rows[0, 0]
     for i in range(1, krow.shape[0]):
         if krow[i] <= krow[i - 1]:
             raise ValueError("dual_train: krow must be increasing")
     with nogil:
         rc = afl_dual_train(&pb, B, &mptr[0], &mrows[0], &l2[0], &inv_n[0], &coef[0, 0], &alpha[0, 0],
-                            &n_iter[0], &status[0], &fval[0], &n_eval[0], logits_ptr, n_threads)
+                            &n_iter[0], &status[0], &fval[0], &n_eval[0], logits_ptr, mean_ptr, n_threads)
     if rc == -3:
         raise ValueError("dual_train: logits need the models' starts all zero or all the same")
     if rc == -2:

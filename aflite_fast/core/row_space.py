@@ -105,6 +105,8 @@ class RowGram:
         self.watch = np.ascontiguousarray(np.argsort(-moment, kind="stable")[:_kernel.DUAL_WATCH], dtype=np.int64)
 
         self._precond = None
+        #: the kernel rows (float32, centred, the ones column) of these rows, where the caller keeps them
+        self.kernel_rows = None
 
     def preconditioner(self, features, rank=PRECOND_RANK, n_threads=1):
         """H0's terms (V, XV, sig, sig_rest; see ``csrc/afl_dual.h``) from the second moment of
@@ -158,14 +160,16 @@ class RowGram:
 
 
 def _solve(Xa, y, member, n_classes, gram, krow, *, C, loss, loss_params, coef, options, n_threads, precond,
-           with_logits):
+           with_logits, rows=None, with_mean=False):
     """The row-space solver's call: (work, alpha, mptr, mrows, info, logits), work (B, D, C - 1)
     the reference-class weights but X_rows' alpha, alpha (rows of every model, C - 1) their
-    coefficients, logits (n, B (C - 1)) float32 or None (see ``afl_dual_train``)."""
+    coefficients, logits (n, B (C - 1)) float32 or None (see ``afl_dual_train``); the call's
+    rows are ``Xa``'s, or its rows ``rows`` (then n = rows.size)."""
     from aflite_fast.core.solver import SolverOptions, starting_point
 
     options = options or SolverOptions()
-    n, D = Xa.shape
+    D = Xa.shape[1]
+    n = Xa.shape[0] if rows is None else rows.size
     B = member.shape[1]
     spec = resolve_loss(loss, loss_params, n_classes)
     if spec.code == _LOSS_FORWARD:
@@ -183,7 +187,7 @@ def _solve(Xa, y, member, n_classes, gram, krow, *, C, loss, loss_params, coef, 
         if cold.any():
             start, _ = train_models_row_space(Xa, y, np.ascontiguousarray(member[:, cold]), n_classes, gram, krow,
                                               C=C, loss=spec.warmup, coef=np.ascontiguousarray(coef[cold]),
-                                              options=options, n_threads=n_threads, precond=precond)
+                                              options=options, n_threads=n_threads, precond=precond, rows=rows)
             coef[cold] = start
     l2 = 1.0 / (float(C) * counts)
     inv_n = 1.0 / counts.astype(np.float64)
@@ -202,23 +206,26 @@ def _solve(Xa, y, member, n_classes, gram, krow, *, C, loss, loss_params, coef, 
     if with_logits and not (features == features[:1]).all():
         with_logits = False
     logits = np.empty((n, B * n_out), dtype=np.float32) if with_logits else None
+    mean_rows = np.empty((D - 1, n_out)) if with_logits and with_mean else None
     alpha = np.empty((mrows.size, n_out), dtype=np.float64)
     _kernel.dual_train(gram.K, np.ascontiguousarray(krow, dtype=np.int64), Xa, np.ascontiguousarray(y, np.int32),
                        mptr, mrows, work, alpha, l2, inv_n, n_out, spec.code, spec.params, spec.address,
                        options.tol, options.ftol, options.max_iter, options.history, options.max_line_search,
-                       n_iter, status, fval, n_eval, n_threads, watch=gram.watch, logits=logits, **pre)
-    info = {"n_iter": n_iter, "status": status, "objective": fval, "n_eval": n_eval}
+                       n_iter, status, fval, n_eval, n_threads, watch=gram.watch, logits=logits,
+                       xrow=None if rows is None else np.ascontiguousarray(rows, dtype=np.int64),
+                       mean_rows=mean_rows, **pre)
+    info = {"n_iter": n_iter, "status": status, "objective": fval, "n_eval": n_eval, "mean_rows": mean_rows}
     return work.reshape(B, D, n_out), alpha, mptr, mrows, info, logits
 
 
-def _row_weights(Xa, alpha, mptr, mrows, n_out, n_threads):
+def _row_weights(Xa, alpha, mptr, mrows, n_out, n_threads, rows=None):
     """X_rows' alpha of every model at once, (D - 1, B, C - 1): the rows' coefficients scattered
-    into an n x B (C - 1) matrix, one deterministic GEMM (float32 products, double sums per
-    block of rows)."""
+    into a matrix of Xa's rows by B (C - 1) (the call's row i at Xa's row ``rows[i]``), one
+    deterministic GEMM (float32 products, double sums per block of Xa's rows)."""
     n, D = Xa.shape
     B = mptr.size - 1
     A = np.zeros((n, B * n_out), dtype=np.float32)
-    _rowscan.scatter_member_values(alpha, mptr, mrows, A)
+    _rowscan.scatter_member_values(alpha, mptr, mrows if rows is None else rows[mrows].astype(np.int32), A)
     XW = np.zeros((_padded_width(Xa), B * n_out), dtype=np.float64)
     with limit_blas_threads():
         _kernel.sgemm(True, _padded_view(Xa), A, XW, block_bounds(n, _GEMM_ROW_BLOCK), False, n_threads)
@@ -226,7 +233,7 @@ def _row_weights(Xa, alpha, mptr, mrows, n_out, n_threads):
 
 
 def train_models_row_space(Xa, y, member, n_classes, gram, krow, *, C=1.0, loss="ce", loss_params=None,
-                           coef=None, options=None, n_threads=1, precond=None):
+                           coef=None, options=None, n_threads=1, precond=None, rows=None):
     """:func:`~aflite_fast.core.solver.train_models` (classifiers, ``group`` 1, one unpenalised
     ones column) in the row space.
 
@@ -241,6 +248,9 @@ def train_models_row_space(Xa, y, member, n_classes, gram, krow, *, C=1.0, loss=
     precond : tuple, optional
         H0's terms from :meth:`RowGram.preconditioner`; None (or ``options.precondition``
         False): the identity.
+    rows : ndarray of shape (n,), int64, optional
+        The rows of ``Xa`` the models are of (then ``y``, ``member`` and ``krow`` are of
+        these n rows); None: all of them.
 
     Returns
     -------
@@ -249,18 +259,19 @@ def train_models_row_space(Xa, y, member, n_classes, gram, krow, *, C=1.0, loss=
     """
     work, alpha, mptr, mrows, info, _ = _solve(Xa, y, member, n_classes, gram, krow, C=C, loss=loss,
                                                loss_params=loss_params, coef=coef, options=options,
-                                               n_threads=n_threads, precond=precond, with_logits=False)
+                                               n_threads=n_threads, precond=precond, with_logits=False, rows=rows)
+    info.pop("mean_rows")
     D, n_out = Xa.shape[1], n_classes - 1
-    work[:, :D - 1, :] += _row_weights(Xa, alpha, mptr, mrows, n_out, n_threads).transpose(1, 0, 2)
+    work[:, :D - 1, :] += _row_weights(Xa, alpha, mptr, mrows, n_out, n_threads, rows).transpose(1, 0, 2)
     out = np.empty((member.shape[1], D, n_classes))
     from_reference(work, out=out)
     return out, info
 
 
 def phase_models_row_space(Xa, y, member, n_classes, gram, krow, *, C=1.0, loss="ce", loss_params=None,
-                           coef=None, options=None, n_threads=1, precond=None, models=True):
-    """:func:`train_models_row_space` for a phase: the models' logits on the rows of ``Xa`` too,
-    and their mean, without forming every model's weights unless ``models``.
+                           coef=None, options=None, n_threads=1, precond=None, rows=None, models=True):
+    """:func:`train_models_row_space` for a phase: the models' logits on their n rows too, and
+    their mean, without forming every model's weights unless ``models``.
 
     Where the models' starts are all zero or all the same (a run's phases: cold, or the last
     phase's mean model), their logits come from K (``afl_dual_train``): one product of K with
@@ -282,21 +293,17 @@ def phase_models_row_space(Xa, y, member, n_classes, gram, krow, *, C=1.0, loss=
     """
     work, alpha, mptr, mrows, info, logits = _solve(Xa, y, member, n_classes, gram, krow, C=C, loss=loss,
                                                     loss_params=loss_params, coef=coef, options=options,
-                                                    n_threads=n_threads, precond=precond, with_logits=True)
+                                                    n_threads=n_threads, precond=precond, with_logits=True,
+                                                    rows=rows, with_mean=not models)
+    mean_rows = info.pop("mean_rows")
     n, D = Xa.shape
     B, n_out = member.shape[1], n_classes - 1
     if models or logits is None:
-        work[:, :D - 1, :] += _row_weights(Xa, alpha, mptr, mrows, n_out, n_threads).transpose(1, 0, 2)
+        work[:, :D - 1, :] += _row_weights(Xa, alpha, mptr, mrows, n_out, n_threads, rows).transpose(1, 0, 2)
         out = np.empty((B, D, n_classes))
         from_reference(work, out=out)
         return out, out.mean(axis=0), logits, info
-    # the mean model: the mean of the starts' parts plus X' (the rows' mean coefficients)
-    mean_alpha = np.empty((n, n_out), dtype=np.float32)
-    for k in range(n_out):
-        mean_alpha[:, k] = np.bincount(mrows, weights=alpha[:, k], minlength=n) / B
-    XA = np.zeros((_padded_width(Xa), n_out), dtype=np.float64)
-    with limit_blas_threads():
-        _kernel.sgemm(True, _padded_view(Xa), mean_alpha, XA, block_bounds(n, _GEMM_ROW_BLOCK), False, n_threads)
+    # the mean model: the mean of the starts' parts plus the rows' part (the kernel call's)
     mean = work.mean(axis=0)
-    mean[:D - 1] += XA[:D - 1]
+    mean[:D - 1] += mean_rows
     return None, from_reference(mean[None])[0], logits, info

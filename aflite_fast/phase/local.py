@@ -300,38 +300,39 @@ def _in_row_space(plan, train_pos, loss, loss_params):
 
 
 def _train_row_space(plan, X, codes, active, center, coef, Ck, loss, loss_params, on_block, workspace, models):
-    """Every partition in one call of the row-space solver, from the Gram matrix of the active
-    rows (kept by the workspace from phase to phase); the models' logits on the active rows from
-    it too, and their weights only if ``models`` (a cold phase, whose models are checked) or
-    where the logits cannot come from K (starts that differ)."""
+    """Every partition in one call of the row-space solver, from the Gram matrix of X's rows
+    (kept by the workspace from phase to phase, with X's kernel rows: a phase reads its active
+    rows there, nothing is gathered or moved); the models' logits on the active rows from it
+    too, and their weights only if ``models`` (a cold phase, whose models are checked) or where
+    the logits cannot come from K (starts that differ)."""
     n_threads, D, n_active = plan.n_threads, plan.D, plan.n_active
-    r0 = time.perf_counter()
-    if workspace is not None:
-        Xa = workspace.gather(X, active, center, plan.gather_bytes, plan.position_bias, n_threads)
-    else:
-        Xa = gather_new(X, active, center, plan.gather_bytes, plan.position_bias, n_threads)
-    read_seconds = time.perf_counter() - r0
+    read_seconds = 0.0
     p0 = time.perf_counter()
 
     # the Gram matrix and H0 of all of X's rows: functions of X alone (so of no phase's rows),
-    # kept by the workspace for every later phase
+    # kept by the workspace for every later phase, with the kernel rows they are of
     every = np.arange(X.shape[0], dtype=np.int64)
 
     def build():
-        features = Xa[:, :D - 1] if n_active == X.shape[0] else gather_new(X, every, center, plan.gather_bytes,
-                                                                              False, n_threads)[:, :D - 1]
-        gram = row_space.RowGram(every, features, n_threads)
-        gram.preconditioner(features, n_threads=n_threads)
+        nonlocal read_seconds
+        r0 = time.perf_counter()
+        rows_all = gather_new(X, every, center, plan.gather_bytes, False, n_threads)
+        read_seconds = time.perf_counter() - r0
+        gram = row_space.RowGram(every, rows_all[:, :D - 1], n_threads)
+        gram.preconditioner(rows_all[:, :D - 1], n_threads=n_threads)
+        gram.kernel_rows = rows_all
         return gram
 
     gram = build() if workspace is None else workspace.row_gram(X, every, center, build)
     gram_seconds = time.perf_counter() - p0
     coef, mean, logits, info = row_space.phase_models_row_space(
-        Xa, codes[active], plan.member, plan.n_out, gram, gram.lookup(active), C=Ck, loss=loss,
+        gram.kernel_rows, codes[active], plan.member, plan.n_out, gram, gram.lookup(active), C=Ck, loss=loss,
         loss_params=loss_params, coef=coef, options=plan.options, n_threads=n_threads,
-        precond=gram.preconditioner(None) if plan.options.precondition else None, models=models)
+        precond=gram.preconditioner(None) if plan.options.precondition else None, rows=active, models=models)
     trained = _Trained(coef, info["n_iter"], info["status"], info["n_eval"], read_seconds, gram_seconds)
-    trained.rows_in_memory, trained.positions_in_memory = Xa, np.arange(n_active, dtype=np.int64)
+    if logits is None:  # predicted from the models' weights: the active rows
+        trained.rows_in_memory = gram.kernel_rows[active]
+        trained.positions_in_memory = np.arange(n_active, dtype=np.int64)
     trained.logits, trained.mean_coef = logits, mean
     if on_block is not None:
         on_block()
