@@ -219,3 +219,27 @@ def test_cli_groups_file(grouped, tmp_path, capsys):
         assert main(args + ["--out", str(tmp_path / "bad"), *extra]) == 2
         assert message in capsys.readouterr().err
         assert not (tmp_path / "bad").exists()
+
+
+def test_taken_positions_is_its_definition():
+    # the compiled pass (branch-free) against the loop it stands for, on random group layouts;
+    # rows of out past each count keep their value; a row shorter than its count is refused
+    from aflite_fast.io import _rowscan
+
+    rng = np.random.default_rng(3)
+    for n, n_groups, m in [(1, 1, 1), (50, 7, 5), (400, 200, 9), (300, 300, 3)]:
+        group_of = rng.integers(0, n_groups, n).astype(np.int64)
+        taken = (rng.random((m, n_groups)) < 0.5).astype(np.uint8)
+        width = int(max(1, max(np.count_nonzero(taken[j][group_of]) for j in range(m))))
+        out = np.full((m, width), -7, dtype=np.int64)
+        counts = _rowscan.taken_positions(taken, group_of, out)
+        for j in range(m):
+            want = np.flatnonzero(taken[j][group_of] != 0)
+            assert counts[j] == want.size
+            np.testing.assert_array_equal(out[j, :want.size], want)
+            assert np.all(out[j, want.size:] == -7)
+    taken = np.ones((1, 2), dtype=np.uint8)
+    with pytest.raises(IndexError, match="shorter"):
+        _rowscan.taken_positions(taken, np.array([0, 1, 0], dtype=np.int64), np.zeros((1, 2), dtype=np.int64))
+    with pytest.raises(IndexError, match="group"):
+        _rowscan.taken_positions(taken, np.array([0, 2], dtype=np.int64), np.zeros((1, 2), dtype=np.int64))

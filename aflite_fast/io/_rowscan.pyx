@@ -261,18 +261,32 @@ def group_prefixes(const uint64_t[::1] seeds, const int64_t[::1] codes, const in
 def taken_positions(const uint8_t[:, ::1] taken, const int64_t[::1] group_of, int64_t[:, ::1] out):
     """Row j of ``out``: the positions i (increasing) whose group ``group_of[i]`` is marked in
     ``taken[j]``, the rest of the row left as it is; returns each row's count."""
-    cdef Py_ssize_t m = taken.shape[0], n = group_of.shape[0], j, i
+    cdef Py_ssize_t m = taken.shape[0], n = group_of.shape[0], w = out.shape[1], j, i
     cdef int64_t c
+    cdef bint over = False
     counts = np.zeros(m, dtype=np.int64)
+    scratch = np.empty(n + 1, dtype=np.int64)
     cdef int64_t[::1] cnt = counts
+    cdef int64_t[::1] buf = scratch
+    for i in range(n):
+        if group_of[i] < 0 or group_of[i] >= taken.shape[1]:
+            raise IndexError("taken_positions: a group outside taken's columns")
     with nogil:
         for j in range(m):
+            # without a branch a row (half of them taken, at random): every position is written
+            # at the count so far, which moves on when its group is taken
             c = 0
             for i in range(n):
-                if taken[j, group_of[i]]:
-                    out[j, c] = i
-                    c += 1
+                buf[c] = i
+                c += taken[j, group_of[i]] != 0
+            if c > w:
+                over = True
+                break
+            if c > 0:
+                memcpy(&out[j, 0], &buf[0], <size_t>c * sizeof(int64_t))
             cnt[j] = c
+    if over:
+        raise IndexError("taken_positions: a row of out is shorter than its count")
     return counts
 
 

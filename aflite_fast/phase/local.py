@@ -101,7 +101,7 @@ def score_phase(X, codes, active, center, train_pos, *, n_classes, C=1.0, loss="
     t2 = time.perf_counter()
     return PhaseScores(seen=seen, correct=correct, prob_label=prob_label, coef=trained.coef,
                        mean_coef=trained.mean_coef, n_iter=trained.n_iter,
-                       status=trained.status, n_blocks=len(plan.blocks),
+                       status=trained.status, n_blocks=trained.n_blocks,
                        seconds={"train": t1 - t0, "predict": t2 - t1, "read_train": trained.read_seconds,
                                 "read_predict": read_predict, "preconditioner": trained.precond_seconds},
                        n_chunks=n_chunks, n_eval=trained.n_eval)
@@ -125,12 +125,22 @@ class _PhasePlan:
     budget: int  # left for the blocks' training and the prediction chunks
     gather_bytes: int
     member: np.ndarray  # (n_active, m) uint8: position i trains partition j
-    blocks: list
+    overhead: int  # bytes of the per-row arrays
+    _blocks: list = None
 
     @property
     def d(self):
         """The kernel rows' columns but one (the features, for classification)."""
         return self.D - 1
+
+    @property
+    def blocks(self):
+        """The blocks of partitions of the feature-space solver (planned when first asked: a
+        phase in the row space trains every partition in one call)."""
+        if self._blocks is None:
+            self._blocks = plan_blocks(self.member, self.budget, self.D - 1, self.n_out, self.options.history,
+                                       self.overhead, self.n_threads, self.G)
+        return self._blocks
 
     @classmethod
     def make(cls, X, active, train_pos, n_classes, options, max_memory, n_threads, position_bias, with_proba):
@@ -143,9 +153,8 @@ class _PhasePlan:
         gather_bytes = gather_chunk_bytes(budget)
         budget -= overhead
         member = membership_matrix(train_pos, n_active, np.empty((n_active, m), dtype=np.uint8))
-        blocks = plan_blocks(member, budget, D - 1, n_out, options.history, overhead, n_threads, G)
         return cls(n_active, X.shape[0], m, G, D, n_out, n_free, options, n_threads, position_bias, budget,
-                   gather_bytes, member, blocks)
+                   gather_bytes, member, overhead)
 
 
 @dataclass
@@ -158,6 +167,7 @@ class _Trained:
     n_eval: np.ndarray
     read_seconds: float
     precond_seconds: float
+    n_blocks: int = 1  # calls of the solver (blocks of partitions)
     rows_in_memory: object = None  # the single block's gathered rows
     positions_in_memory: object = None  # their positions in the active set
     logits: object = None  # the models' logits on every active row (row space), or None
@@ -167,7 +177,7 @@ class _Trained:
 def _train(plan, X, codes, active, center, train_pos, *, C, loss, loss_params, warm_coef, on_block, workspace):
     """Train every block of partitions (step 2 of the module docstring)."""
     options, n_threads, G, D, n_out = plan.options, plan.n_threads, plan.G, plan.D, plan.n_out
-    m, n_active, member, blocks, budget = plan.n_models, plan.n_active, plan.member, plan.blocks, plan.budget
+    m, n_active, member, budget = plan.n_models, plan.n_active, plan.member, plan.budget
     n_classes = n_out if G == 1 else None
     coef = (np.zeros((m, D, n_out)) if warm_coef is None else np.array(warm_coef, dtype=np.float64))
     n_iter = np.zeros(m, dtype=np.int32)
@@ -177,6 +187,7 @@ def _train(plan, X, codes, active, center, train_pos, *, C, loss, loss_params, w
     if _in_row_space(plan, train_pos, loss, loss_params):
         return _train_row_space(plan, X, codes, active, center, coef, Ck, loss, loss_params, on_block, workspace,
                                 models=warm_coef is None)
+    blocks = plan.blocks
     # each model's sums over groups of X's rows (items of multiple-choice X: a group is whole
     # items) are added by a fixed tree (layout.reduction_layout), so that processes holding
     # whole groups give the same bits (aflite_fast.phase.dask_backend)
@@ -221,7 +232,7 @@ def _train(plan, X, codes, active, center, train_pos, *, C, loss, loss_params, w
                              precond_form, G)), active, build)
         precond_seconds = time.perf_counter() - p0
     in_block = np.empty(n_active, dtype=bool)
-    trained = _Trained(coef, n_iter, status, n_eval, 0.0, precond_seconds)
+    trained = _Trained(coef, n_iter, status, n_eval, 0.0, precond_seconds, n_blocks=len(blocks))
     for block in blocks:
         # union of the block's training rows, without an n_active x len(block) copy of member
         if len(block) == m:  # every partition: one pass along member's rows, not m down its columns
