@@ -31,7 +31,8 @@ typedef struct {
     double *mv;                                 /* matvec output (t) */
     double *th, *Gth, *c, *Gc, *tht, *Gtht, *ct, *Gct, *p, *Gp, *h, *Gh;
     double *S, *Y, *GS, *GY, *rho, *alph;
-    double *XU, *XVs, *VU, *UU, *acc, *st, *sg;
+    double *XU, *VU, *UU, *acc, *st, *sg;
+    float *XVf;                                 /* the rows' X V: r x ld, float32 */
     int64_t *kcol;
     uint16_t *cmask;                            /* nk / 16 + 1 chunks of K's columns */
     int64_t *cum;                               /* members of the chunks before each chunk */
@@ -54,7 +55,7 @@ static int64_t dual_scratch_layout(int64_t t_max, int64_t D, int C, int r, int h
         (ld * ld + 16) * 4, ld * 4, ld * 8,
         P * 8, P * 8, P * 8, P * 8, P * 8, P * 8, P * 8, P * 8, P * 8, P * 8, P * 8, P * 8,
         hist * P * 8, hist * P * 8, hist * P * 8, hist * P * 8, hist * 8, hist * 8,
-        t_max * C * 8, t_max * (r + 1) * 8, (r + 1) * C * 8, C * C * 8, 2 * D * C * 8, m * 8, m * 8,
+        t_max * C * 8, ld * (r + 1) * 4, (r + 1) * C * 8, C * C * 8, 2 * D * C * 8, m * 8, m * 8,
         t_max * 8, (nk / 16 + 1) * 2, t_max * DUAL_WATCH * 8,
         (nk / 16 + 2) * 8, (ld + 16) * 4, ld * 4, ld * 4, ld * 8, t_max * 8, D * 4, 3 * ld * 8, ld * 8,
     };
@@ -90,7 +91,7 @@ static int dual_scratch_init(dual_scratch *s, int64_t t_max, int64_t D, int C, i
     s->S = (double *)(b + off[i++]); s->Y = (double *)(b + off[i++]);
     s->GS = (double *)(b + off[i++]); s->GY = (double *)(b + off[i++]);
     s->rho = (double *)(b + off[i++]); s->alph = (double *)(b + off[i++]);
-    s->XU = (double *)(b + off[i++]); s->XVs = (double *)(b + off[i++]); s->VU = (double *)(b + off[i++]);
+    s->XU = (double *)(b + off[i++]); s->XVf = (float *)(b + off[i++]); s->VU = (double *)(b + off[i++]);
     s->UU = (double *)(b + off[i++]);
     s->acc = (double *)(b + off[i++]); s->st = (double *)(b + off[i++]); s->sg = (double *)(b + off[i++]);
     s->kcol = (int64_t *)(b + off[i++]);

@@ -264,6 +264,14 @@ static double AFL_CAT(dual_dot, AFL_SFX)(int64_t n, const float *x, const double
     return r;
 }
 
+/* The sum of 16 float lanes in double by a fixed tree (lane q + lane q + 8, then halves). */
+static inline double AFL_CAT(dual_lanes16, AFL_SFX)(const float *l)
+{
+    double h[8];
+    for (int q = 0; q < 8; q++) h[q] = (double)l[q] + (double)l[q + 8];
+    return ((h[0] + h[4]) + (h[2] + h[6])) + ((h[1] + h[5]) + (h[3] + h[7]));
+}
+
 /* The sum of 8 lane sums by a fixed tree. */
 static inline double AFL_CAT(dual_lanes8, AFL_SFX)(const double *l)
 {
@@ -283,76 +291,76 @@ static double AFL_CAT(dual_ddot, AFL_SFX)(int64_t n, const double *a, const doub
     return r;
 }
 
-/* The rank-r part of a product with the basis' Gram matrix: g[a] += sum_i XVs[i][a] vV[i] (i
- * in order) for a < t, and unless dots is NULL, dots[i] = sum_a XVs[i][a] v[a] (XVs: r rows of
- * t).  With AVX-512 four rows of XVs a pass (8 lanes a dot, reduced by a fixed tree); else
- * dual_ddot's order. */
-static void AFL_CAT(dual_rank_terms, AFL_SFX)(int64_t t, int r, const double *XVs, const double *v,
-                                              const double *vV, double *restrict g, double *restrict dots)
+/* The rank-r part of a product with the basis' Gram matrix in float lanes, as the t x t block's
+ * product: g[a] += sum_i XVf[i][a] vV[i] (float products summed in float over i in order, then
+ * added in double) for a < t, and unless dots is NULL, dots[i] = sum_a XVf[i][a] vf[a] (16 float
+ * lanes summed in double by a fixed tree).  XVf: r rows of ld floats (zero from t to ld), vf: ld
+ * floats (zero from t); gf: ld floats of scratch.  Four rows of XVf a pass. */
+static void AFL_CAT(dual_rank_terms_f, AFL_SFX)(int64_t t, int64_t ld, int r, const float *XVf, const float *vf,
+                                                const double *vV, float *restrict gf, double *restrict g,
+                                                double *restrict dots)
 {
+    for (int64_t a = 0; a < ld; a++) gf[a] = 0.0f;
     int i = 0;
-#if AFL_DUAL_ISA == 2
-    const int64_t t8 = t / 8 * 8;
-    for (; i + 4 <= r; i += 4) {
-        const double *x0 = XVs + i * t, *x1 = x0 + t, *x2 = x1 + t, *x3 = x2 + t;
-        const __m512d w0 = _mm512_set1_pd(vV[i]), w1 = _mm512_set1_pd(vV[i + 1]);
-        const __m512d w2 = _mm512_set1_pd(vV[i + 2]), w3 = _mm512_set1_pd(vV[i + 3]);
-        __m512d s0 = _mm512_setzero_pd(), s1 = s0, s2 = s0, s3 = s0;
-        int64_t a = 0;
-        if (!dots) {
-            for (int64_t b = 0; b < t; b++) {
-                double z = g[b];
-                z += x0[b] * vV[i];
-                z += x1[b] * vV[i + 1];
-                z += x2[b] * vV[i + 2];
-                z += x3[b] * vV[i + 3];
-                g[b] = z;
+    if (!dots) {
+        for (; i + 4 <= r; i += 4) {
+            const float *restrict x0 = XVf + i * ld, *restrict x1 = x0 + ld, *restrict x2 = x1 + ld,
+                        *restrict x3 = x2 + ld;
+            const float w0 = (float)vV[i], w1 = (float)vV[i + 1], w2 = (float)vV[i + 2], w3 = (float)vV[i + 3];
+            for (int64_t a = 0; a < ld; a++) {
+                float z = gf[a];
+                z += x0[a] * w0;
+                z += x1[a] * w1;
+                z += x2[a] * w2;
+                z += x3[a] * w3;
+                gf[a] = z;
             }
-            continue;
         }
-        for (; a < t8; a += 8) {
-            const __m512d va = _mm512_loadu_pd(v + a);
-            const __m512d y0 = _mm512_loadu_pd(x0 + a), y1 = _mm512_loadu_pd(x1 + a);
-            const __m512d y2 = _mm512_loadu_pd(x2 + a), y3 = _mm512_loadu_pd(x3 + a);
-            s0 = _mm512_fmadd_pd(y0, va, s0);
-            s1 = _mm512_fmadd_pd(y1, va, s1);
-            s2 = _mm512_fmadd_pd(y2, va, s2);
-            s3 = _mm512_fmadd_pd(y3, va, s3);
-            __m512d ga = _mm512_loadu_pd(g + a);
-            ga = _mm512_fmadd_pd(y0, w0, ga);
-            ga = _mm512_fmadd_pd(y1, w1, ga);
-            ga = _mm512_fmadd_pd(y2, w2, ga);
-            ga = _mm512_fmadd_pd(y3, w3, ga);
-            _mm512_storeu_pd(g + a, ga);
+        for (; i < r; i++) {
+            const float *restrict x = XVf + i * ld;
+            const float w = (float)vV[i];
+            for (int64_t a = 0; a < ld; a++) gf[a] += x[a] * w;
         }
-        if (a < t) {
-            const __mmask8 mk = (__mmask8)((1u << (t - a)) - 1u);
-            const __m512d va = _mm512_maskz_loadu_pd(mk, v + a);
-            const __m512d y0 = _mm512_maskz_loadu_pd(mk, x0 + a), y1 = _mm512_maskz_loadu_pd(mk, x1 + a);
-            const __m512d y2 = _mm512_maskz_loadu_pd(mk, x2 + a), y3 = _mm512_maskz_loadu_pd(mk, x3 + a);
-            s0 = _mm512_fmadd_pd(y0, va, s0);
-            s1 = _mm512_fmadd_pd(y1, va, s1);
-            s2 = _mm512_fmadd_pd(y2, va, s2);
-            s3 = _mm512_fmadd_pd(y3, va, s3);
-            __m512d ga = _mm512_maskz_loadu_pd(mk, g + a);
-            ga = _mm512_fmadd_pd(y0, w0, ga);
-            ga = _mm512_fmadd_pd(y1, w1, ga);
-            ga = _mm512_fmadd_pd(y2, w2, ga);
-            ga = _mm512_fmadd_pd(y3, w3, ga);
-            _mm512_mask_storeu_pd(g + a, mk, ga);
-        }
-        dots[i] = _mm512_reduce_add_pd(s0);
-        dots[i + 1] = _mm512_reduce_add_pd(s1);
-        dots[i + 2] = _mm512_reduce_add_pd(s2);
-        dots[i + 3] = _mm512_reduce_add_pd(s3);
+        for (int64_t a = 0; a < t; a++) g[a] += (double)gf[a];
+        return;
     }
-#endif
+    for (; i + 4 <= r; i += 4) {
+        const float *restrict x0 = XVf + i * ld, *restrict x1 = x0 + ld, *restrict x2 = x1 + ld, *restrict x3 = x2 + ld;
+        const float w0 = (float)vV[i], w1 = (float)vV[i + 1], w2 = (float)vV[i + 2], w3 = (float)vV[i + 3];
+        float l0[16], l1[16], l2[16], l3[16];
+        for (int q = 0; q < 16; q++) { l0[q] = 0.0f; l1[q] = 0.0f; l2[q] = 0.0f; l3[q] = 0.0f; }
+        for (int64_t a = 0; a < ld; a += 16)
+            for (int q = 0; q < 16; q++) {
+                const float v = vf[a + q];
+                l0[q] += x0[a + q] * v;
+                l1[q] += x1[a + q] * v;
+                l2[q] += x2[a + q] * v;
+                l3[q] += x3[a + q] * v;
+                float z = gf[a + q];
+                z += x0[a + q] * w0;
+                z += x1[a + q] * w1;
+                z += x2[a + q] * w2;
+                z += x3[a + q] * w3;
+                gf[a + q] = z;
+            }
+        dots[i] = AFL_CAT(dual_lanes16, AFL_SFX)(l0);
+        dots[i + 1] = AFL_CAT(dual_lanes16, AFL_SFX)(l1);
+        dots[i + 2] = AFL_CAT(dual_lanes16, AFL_SFX)(l2);
+        dots[i + 3] = AFL_CAT(dual_lanes16, AFL_SFX)(l3);
+    }
     for (; i < r; i++) {
-        const double *xr = XVs + i * t;
-        const double vi = vV[i];
-        for (int64_t a = 0; a < t; a++) g[a] += xr[a] * vi;
-        if (dots) dots[i] = AFL_CAT(dual_ddot, AFL_SFX)(t, xr, v);
+        const float *restrict x = XVf + i * ld;
+        const float w = (float)vV[i];
+        float l[16];
+        for (int q = 0; q < 16; q++) l[q] = 0.0f;
+        for (int64_t a = 0; a < ld; a += 16)
+            for (int q = 0; q < 16; q++) {
+                l[q] += x[a + q] * vf[a + q];
+                gf[a + q] += x[a + q] * w;
+            }
+        dots[i] = AFL_CAT(dual_lanes16, AFL_SFX)(l);
     }
+    for (int64_t a = 0; a < t; a++) g[a] += (double)gf[a];
 }
 
 #define AFL_F(name) AFL_CAT(name, AFL_SFX)

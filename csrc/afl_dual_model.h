@@ -73,8 +73,8 @@ static void dual_gmul(const dual_model *md, const double *v, double *Gv)
             DUAL_FN(dual_matvec_sym)(t, ld, s->Kss, s->diag, s->vf, s->accf, s->outx, s->mv);
             for (int64_t a = 0; a < t; a++) gk[a] = s->mv[a];
         }
-        /* XVs is r x t (column i of X_S V in row i) */
-        DUAL_FN(dual_rank_terms)(t, r, s->XVs, vk, vk + oV, gk, gk + oV);
+        /* XVf is r x ld (column i of X_S V in row i, float32) */
+        DUAL_FN(dual_rank_terms_f)(t, md->ld, r, s->XVf, s->vf, vk + oV, s->accf, gk, gk + oV);
         for (int i = 0; i < r; i++) gk[oV + i] += vk[oV + i];
         for (int l = 0; l < C; l++) gk[oU + l] = 0.0;
         if (md->U && C == 1) {
@@ -121,7 +121,7 @@ static void dual_h0(const dual_model *md, const double *v, const double *Gv, dou
             ok[oV + i] += delta[i];
             Ok[oV + i] += delta[i];
         }
-        DUAL_FN(dual_rank_terms)(t, r, s->XVs, NULL, delta, Ok, NULL);
+        DUAL_FN(dual_rank_terms_f)(t, md->ld, r, s->XVf, NULL, delta, s->accf, Ok, NULL);
         if (md->U)
             for (int l = 0; l < C; l++) {
                 double z = 0.0;
@@ -459,7 +459,9 @@ static int dual_train_model(dual_model *md, double *coef, double *alpha_out, int
     DUAL_FN(dual_gather_sym)(t, md->ld, pb->K, pb->ldk, s->kcol, s->cmask, s->cum, s->rowbuf, s->Kss, s->diag);
     for (int i = 0; i < r; i++) {
         const double *xv = pb->XVt + i * pb->nk;
-        for (int64_t a = 0; a < t; a++) s->XVs[i * t + a] = xv[s->kcol[a]];
+        float *xf = s->XVf + i * md->ld;
+        for (int64_t a = 0; a < t; a++) xf[a] = (float)xv[s->kcol[a]];
+        for (int64_t a = t; a < md->ld; a++) xf[a] = 0.0f;
     }
     for (int64_t a = 0; a < t; a++) s->ysg[a] = pb->y[md->rows[a]] == 0 ? -1.0 : 1.0;
     if (md->U) {
