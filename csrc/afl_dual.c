@@ -174,10 +174,13 @@ typedef struct {
                            double *, double *, double *, int);
     int (*train_model)(dual_model *, double *, double *, int32_t *, int32_t *, double *, int32_t *);
     void (*rows_product)(int64_t, int64_t, const float *, const float *const *, float *restrict, double *restrict);
+    void (*logit_terms)(int64_t, int64_t, int64_t, int, int, const double *, const double *, const double *,
+                        double *, float *);
 } afl_dual_impl;
 
 #define AFL_DUAL_IMPL(sfx) \
-    (afl_dual_impl){dual_gather##sfx, dual_start_products##sfx, dual_train_model##sfx, dual_rows_product##sfx}
+    (afl_dual_impl){dual_gather##sfx, dual_start_products##sfx, dual_train_model##sfx, dual_rows_product##sfx, \
+                    dual_logit_terms##sfx}
 
 static afl_dual_impl afl_dual_pick(void)
 {
@@ -198,7 +201,7 @@ static afl_dual_impl afl_dual_pick(void)
 #define DUAL_LOGIT_BLOCK 256
 static int dual_logits(const afl_dual_problem *pb, int64_t B, const int64_t *mptr, const int32_t *mrows,
                        const double *alpha, const double *tails, const double *XU_all, int r, float *logits,
-                       int n_threads)
+                       int n_threads, const afl_dual_impl *impl)
 {
     const int C = pb->C;
     const int64_t n = pb->n, BC = B * C, nt = r + C + 1, nkb = (n + DUAL_LOGIT_BLOCK - 1) / DUAL_LOGIT_BLOCK;
@@ -220,24 +223,11 @@ static int dual_logits(const afl_dual_problem *pb, int64_t B, const int64_t *mpt
     int rc = afl_sgemm(0, n, BC, n, pb->K, pb->ldk, A, BC, NULL, Zd, BC, 0, kb, nkb, n_threads);
     if (rc == 0) {
         /* every entry its own sum: rows split among threads, the same values */
+        const int64_t per = (n + n_threads - 1) / n_threads;
 #pragma omp parallel for num_threads(n_threads) schedule(static) if (n_threads > 1)
-        for (int64_t i = 0; i < n; i++) {
-            /* per entry: the K part, then the V terms in order, the start's, the intercept (a
-             * loop over the entries of the row for each term) */
-            double *restrict z = Zd + i * BC;
-            const double *xv = pb->XV + i * r, *xu = XU_all ? XU_all + i * C : NULL;
-            for (int q = 0; q < r; q++) {
-                const double x = xv[q], *restrict g = Gt + q * BC;
-                for (int64_t e = 0; e < BC; e++) z[e] += x * g[e];
-            }
-            if (xu)
-                for (int l = 0; l < C; l++) {
-                    const double x = xu[l], *restrict g = Gt + (r + l) * BC;
-                    for (int64_t e = 0; e < BC; e++) z[e] += x * g[e];
-                }
-            const double *restrict gb = Gt + (r + C) * BC;
-            float *restrict out = logits + i * BC;
-            for (int64_t e = 0; e < BC; e++) out[e] = (float)(z[e] + gb[e]);
+        for (int th = 0; th < n_threads; th++) {
+            const int64_t i0 = th * per, i1 = i0 + per < n ? i0 + per : n;
+            if (i1 > i0) impl->logit_terms(i0, i1, BC, r, C, pb->XV, XU_all, Gt, Zd, logits);
         }
     }
     free(A); free(Zd); free(kb); free(Gt);
@@ -290,7 +280,7 @@ int afl_dual_train(const afl_dual_problem *pb, int64_t B, const int64_t *mptr, c
                    int32_t *status, double *fval, int32_t *n_eval, float *logits, double *mean_rows,
                    int n_threads)
 {
-    static afl_dual_impl impl = {NULL, NULL, NULL, NULL};
+    static afl_dual_impl impl = {NULL, NULL, NULL, NULL, NULL};
     if (!impl.train_model) impl = afl_dual_pick();
     if (pb->C > AFL_DUAL_MAX_OUT) return -2;
     const int r = pb->r > 0 ? pb->r : 0;
@@ -461,7 +451,7 @@ int afl_dual_train(const afl_dual_problem *pb, int64_t B, const int64_t *mptr, c
         free(s.block);
     }
     if (rc == 0 && logits)
-        rc = dual_logits(pb, B, mptr, mrows, alpha, tails, XU_all, r, logits, n_threads);
+        rc = dual_logits(pb, B, mptr, mrows, alpha, tails, XU_all, r, logits, n_threads, &impl);
     if (rc == 0 && mean_rows)
         rc = dual_mean_rows(pb, B, mptr, mrows, alpha, mean_rows, n_threads, &impl);
     free(XU_all); free(UU_all); free(VU_all); free(Xw_all); free(tails);

@@ -363,6 +363,30 @@ static void AFL_CAT(dual_rank_terms_f, AFL_SFX)(int64_t t, int64_t ld, int r, co
     for (int64_t a = 0; a < t; a++) g[a] += (double)gf[a];
 }
 
+/* Rows i0 <= i < i1 of the logits from K (afl_dual.c, dual_logits): per entry the K part in
+ * Zd, then the V terms in order, the start's, the intercept (Gt: those coefficients by term,
+ * row q of BC), rounded to float32; a loop over the row's entries for each term. */
+static void AFL_CAT(dual_logit_terms, AFL_SFX)(int64_t i0, int64_t i1, int64_t BC, int r, int C, const double *XV,
+                                               const double *XU, const double *Gt, double *Zd, float *logits)
+{
+    for (int64_t i = i0; i < i1; i++) {
+        double *restrict z = Zd + i * BC;
+        const double *xv = XV + i * r, *xu = XU ? XU + i * C : NULL;
+        for (int q = 0; q < r; q++) {
+            const double x = xv[q], *restrict g = Gt + q * BC;
+            for (int64_t e = 0; e < BC; e++) z[e] += x * g[e];
+        }
+        if (xu)
+            for (int l = 0; l < C; l++) {
+                const double x = xu[l], *restrict g = Gt + (r + l) * BC;
+                for (int64_t e = 0; e < BC; e++) z[e] += x * g[e];
+            }
+        const double *restrict gb = Gt + (r + C) * BC;
+        float *restrict out = logits + i * BC;
+        for (int64_t e = 0; e < BC; e++) out[e] = (float)(z[e] + gb[e]);
+    }
+}
+
 #define AFL_F(name) AFL_CAT(name, AFL_SFX)
 #include "afl_exp_impl.h"
 #undef AFL_F
