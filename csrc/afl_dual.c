@@ -332,13 +332,13 @@ int afl_dual_train(const afl_dual_problem *pb, int64_t B, const int64_t *mptr, c
         pb = &local;
     }
     /* X V transposed (r x nk): each model gathers its rows' entries one column of V at a time */
-    double *XVt = malloc((size_t)(r * pb->nk + 1) * sizeof(double));
+    float *XVt = malloc((size_t)(r * pb->nk + 1) * sizeof(float));
     if (!XVt) {
         free(KA); free(XVA); free(ident);
         return -1;
     }
     for (int64_t i = 0; i < pb->nk; i++)
-        for (int q = 0; q < r; q++) XVt[q * pb->nk + i] = pb->XV[i * r + q];
+        for (int q = 0; q < r; q++) XVt[q * pb->nk + i] = (float)pb->XV[i * r + q];
     local.XVt = XVt;
     pb = &local;
     /* a warm start every model shares (a run's phases start all partitions from the last

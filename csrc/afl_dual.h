@@ -84,7 +84,7 @@ typedef struct {
     int r;
     const double *V, *Vt, *XV, *sig;   /* Vt: V transposed (r x D - 1) */
     double sig_rest, s;
-    const double *XVt;       /* XV transposed (r x nk): set by afl_dual_train itself */
+    const float *XVt;        /* XV transposed (r x nk), float32: set by afl_dual_train itself */
     /* Features (< D - 1) whose gradient entries every model watches from its start (see B),
      * most telling first: the first AFL_DUAL_WATCH / C of them (at least one), each with its C
      * outputs, are taken.  NULL (n_watch 0): a model watches none until its first exact

@@ -458,9 +458,9 @@ static int dual_train_model(dual_model *md, double *coef, double *alpha_out, int
     dual_chunk_counts(s->cmask, nchunk, s->cum);
     DUAL_FN(dual_gather_sym)(t, md->ld, pb->K, pb->ldk, s->kcol, s->cmask, s->cum, s->rowbuf, s->Kss, s->diag);
     for (int i = 0; i < r; i++) {
-        const double *xv = pb->XVt + i * pb->nk;
+        const float *xv = pb->XVt + i * pb->nk;
         float *xf = s->XVf + i * md->ld;
-        for (int64_t a = 0; a < t; a++) xf[a] = (float)xv[s->kcol[a]];
+        for (int64_t a = 0; a < t; a++) xf[a] = xv[s->kcol[a]];
         for (int64_t a = t; a < md->ld; a++) xf[a] = 0.0f;
     }
     for (int64_t a = 0; a < t; a++) s->ysg[a] = pb->y[md->rows[a]] == 0 ? -1.0 : 1.0;
