@@ -45,9 +45,12 @@
  *     member pass is, and reproducible per instruction set: its vector loops use the target's
  *     lanes (and fused multiply-adds where it has them), its inner products dual_ddot's 8
  *     lanes; the exact gradient's t x D product (the stopping check) sums float products over
- *     blocks of 64 rows in double, the GEMM's convention; the binary cross-entropy takes its
- *     exps from exp_nonpositive (afl_exp_impl.h) and its logs as one log of the product of the
- *     rows' 1 + e, as the member pass's cross-entropy.
+ *     blocks of 64 rows in double, the GEMM's convention; the rank-r terms take float products
+ *     summed in float over the r columns (their dot products in 16 float lanes summed in
+ *     double), as the t x t product does; the binary cross-entropy takes its exps from
+ *     exp_nonpositive (afl_exp_impl.h), its row terms in the target's lanes, its sums in 8 lanes
+ *     (row i in lane i mod 8, a fixed tree) and its logs as the log of each lane's product of the
+ *     rows' 1 + e, as the member pass's cross-entropy takes one log per few hundred rows.
  */
 #ifndef AFL_DUAL_H
 #define AFL_DUAL_H

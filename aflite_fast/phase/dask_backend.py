@@ -1139,8 +1139,8 @@ def _score_phase_here(X, codes, active, center, train_pos, *, n_threads, **solve
                                   workspace=X._workspace_here, **solver_args)
     seconds = dict(res.seconds, rows_here=time.perf_counter() - t0 - res.seconds["train"] - res.seconds["predict"])
     return DaskPhaseScores(seen=res.seen, correct=res.correct, prob_label=res.prob_label, coef=res.coef,
-                           mean_coef=res.mean_coef, n_iter=res.n_iter, status=res.status, n_blocks=res.n_blocks, seconds=seconds,
-                           n_chunks=res.n_chunks, n_eval=res.n_eval,
+                           mean_coef=res.mean_coef, n_iter=res.n_iter, status=res.status, n_blocks=res.n_blocks,
+                           seconds=seconds, n_chunks=res.n_chunks, n_eval=res.n_eval,
                            bytes_moved={"rows_here": sent, "total": sent}, rounds=0)
 
 
