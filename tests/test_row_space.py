@@ -304,3 +304,24 @@ def test_a_budget_too_small_for_the_gram_matrix_trains_in_the_feature_space(row_
         res = aflite(X, y, target_size=250, n_partitions=8, train_size=0.5, slice_size=25, tau=0.0, random_state=2,
                      progress=False, chance_check=False, max_memory="1MB")
     assert calls == [] and len(res.history) == 2
+
+
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_out_of_fold_probabilities_from_row_space_logits(monkeypatch, row_space_calls, n_classes):
+    # oof_predict_proba by partitions sums every class's probability from the row space's logits
+    # (three classes: two outputs a model); the same optimum in the feature space gives the same
+    # probabilities to the reach of float32 logits
+    from aflite_fast import oof_predict_proba
+
+    X, y = _problem(17, n=240, d=300, n_classes=n_classes)
+    kw = dict(n_partitions=16, train_size=0.5, C=2.0, tol=1e-8, random_state=3, n_jobs=2)
+    rows = oof_predict_proba(X, y, **kw)
+    assert len(row_space_calls) == 1
+    monkeypatch.setattr(row_space, "row_space_worthwhile", lambda *a, **k: False)
+    feat = oof_predict_proba(X, y, **kw)
+    assert len(row_space_calls) == 1  # the feature-space solver this time
+    ok = ~np.isnan(rows).any(axis=1)
+    assert ok.all()
+    np.testing.assert_array_equal(ok, ~np.isnan(feat).any(axis=1))
+    np.testing.assert_allclose(rows[ok].sum(axis=1), 1.0, atol=1e-9)
+    np.testing.assert_allclose(rows[ok], feat[ok], atol=2e-4)  # measured: 1.6e-5 and 4.0e-5
