@@ -325,3 +325,18 @@ def test_out_of_fold_probabilities_from_row_space_logits(monkeypatch, row_space_
     np.testing.assert_array_equal(ok, ~np.isnan(feat).any(axis=1))
     np.testing.assert_allclose(rows[ok].sum(axis=1), 1.0, atol=1e-9)
     np.testing.assert_allclose(rows[ok], feat[ok], atol=2e-4)  # measured: 1.6e-5 and 4.0e-5
+
+
+def test_views_in_the_row_space_take_each_views_mean_model(row_space_calls):
+    # two views of fewer rows than columns: every phase of each trains in the row space, the next
+    # phase of each starting from that view's own mean model (PhaseScores.mean_coef, no models
+    # formed); the run's bits do not depend on the threads
+    X, y = _problem(19, n=260, d=300)
+    A, B = X[:, :150].copy(), X[:, 150:].copy()
+    kw = dict(target_size=200, n_partitions=8, train_size=0.5, slice_size=20, tau=0.0, random_state=4,
+              progress=False, chance_check=False, n_jobs=2)
+    both = aflite(None, y, views={"a": A, "b": B}, **kw)
+    assert len(row_space_calls) == 2 * len(both.history) and len(both.history) > 1
+    one = aflite(None, y, views={"a": A, "b": B}, **dict(kw, n_jobs=1))
+    np.testing.assert_array_equal(one.keep, both.keep)
+    np.testing.assert_array_equal(one.view_scores["a"], both.view_scores["a"])
