@@ -161,10 +161,11 @@ class RowGram:
 
 def _solve(Xa, y, member, n_classes, gram, krow, *, C, loss, loss_params, coef, options, n_threads, precond,
            with_logits, rows=None, with_mean=False):
-    """The row-space solver's call: (work, alpha, mptr, mrows, info, logits), work (B, D, C - 1)
-    the reference-class weights but X_rows' alpha, alpha (rows of every model, C - 1) their
-    coefficients, logits (n, B (C - 1)) float32 or None (see ``afl_dual_train``); the call's
-    rows are ``Xa``'s, or its rows ``rows`` (then n = rows.size)."""
+    """The row-space solver's call: (work, alpha, mptr, mrows, info, logits, mean_rows), work (B,
+    D, C - 1) the reference-class weights but X_rows' alpha, alpha (rows of every model, C - 1)
+    their coefficients, logits (n, B (C - 1)) float32 or None and mean_rows (D - 1, C - 1) the
+    models' mean X_rows' alpha or None (both only ``with_logits``, ``with_mean``; see
+    ``afl_dual_train``); the call's rows are ``Xa``'s, or its rows ``rows`` (then n = rows.size)."""
     from aflite_fast.core.solver import SolverOptions, starting_point
 
     options = options or SolverOptions()
@@ -214,8 +215,8 @@ def _solve(Xa, y, member, n_classes, gram, krow, *, C, loss, loss_params, coef, 
                        n_iter, status, fval, n_eval, n_threads, watch=gram.watch, logits=logits,
                        xrow=None if rows is None else np.ascontiguousarray(rows, dtype=np.int64),
                        mean_rows=mean_rows, **pre)
-    info = {"n_iter": n_iter, "status": status, "objective": fval, "n_eval": n_eval, "mean_rows": mean_rows}
-    return work.reshape(B, D, n_out), alpha, mptr, mrows, info, logits
+    info = {"n_iter": n_iter, "status": status, "objective": fval, "n_eval": n_eval}
+    return work.reshape(B, D, n_out), alpha, mptr, mrows, info, logits, mean_rows
 
 
 def _row_weights(Xa, alpha, mptr, mrows, n_out, n_threads, rows=None):
@@ -257,10 +258,9 @@ def train_models_row_space(Xa, y, member, n_classes, gram, krow, *, C=1.0, loss=
     coef, info : as :func:`~aflite_fast.core.solver.train_models` returns them (the same
         optimum; the path of the solver without preconditioner)
     """
-    work, alpha, mptr, mrows, info, _ = _solve(Xa, y, member, n_classes, gram, krow, C=C, loss=loss,
-                                               loss_params=loss_params, coef=coef, options=options,
-                                               n_threads=n_threads, precond=precond, with_logits=False, rows=rows)
-    info.pop("mean_rows")
+    work, alpha, mptr, mrows, info, _, _ = _solve(Xa, y, member, n_classes, gram, krow, C=C, loss=loss,
+                                                  loss_params=loss_params, coef=coef, options=options,
+                                                  n_threads=n_threads, precond=precond, with_logits=False, rows=rows)
     D, n_out = Xa.shape[1], n_classes - 1
     work[:, :D - 1, :] += _row_weights(Xa, alpha, mptr, mrows, n_out, n_threads, rows).transpose(1, 0, 2)
     out = np.empty((member.shape[1], D, n_classes))
@@ -291,11 +291,9 @@ def phase_models_row_space(Xa, y, member, n_classes, gram, krow, *, C=1.0, loss=
     info : dict
         As :func:`train_models_row_space`.
     """
-    work, alpha, mptr, mrows, info, logits = _solve(Xa, y, member, n_classes, gram, krow, C=C, loss=loss,
-                                                    loss_params=loss_params, coef=coef, options=options,
-                                                    n_threads=n_threads, precond=precond, with_logits=True,
-                                                    rows=rows, with_mean=not models)
-    mean_rows = info.pop("mean_rows")
+    work, alpha, mptr, mrows, info, logits, mean_rows = _solve(
+        Xa, y, member, n_classes, gram, krow, C=C, loss=loss, loss_params=loss_params, coef=coef, options=options,
+        n_threads=n_threads, precond=precond, with_logits=True, rows=rows, with_mean=not models)
     n, D = Xa.shape
     B, n_out = member.shape[1], n_classes - 1
     if models or logits is None:
