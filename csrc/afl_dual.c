@@ -345,19 +345,19 @@ int afl_dual_train(const afl_dual_problem *pb, int64_t B, const int64_t *mptr, c
      * phase's mean model): its products with the rows computed once, for all rows */
     const int64_t FC = (pb->D - 1) * pb->C;
     int shared = 1;
-    int warm0 = 0, any_warm = 0;
+    int warm0 = 0;
     for (int64_t k = 0; k < FC; k++)
         if (coef[k] != 0.0) { warm0 = 1; break; }
     for (int64_t j = 1; j < B && shared; j++)
         if (memcmp(coef, coef + j * pb->D * pb->C, (size_t)FC * sizeof(double)) != 0) shared = 0;
-    for (int64_t j = 0; j < B && !any_warm; j++)
+    /* logits from K need the start's products with the rows, computed for a shared start only:
+     * starts that differ must all be zero */
+    for (int64_t j = 0; logits && !shared && j < B; j++)
         for (int64_t k = 0; k < FC; k++)
-            if (coef[j * pb->D * pb->C + k] != 0.0) { any_warm = 1; break; }
-    if (logits && any_warm && !shared) {
-        /* logits from K need the start's products with the rows, computed for a shared start only */
-        free(KA); free(XVA); free(ident); free(XVt);
-        return -3;
-    }
+            if (coef[j * pb->D * pb->C + k] != 0.0) {
+                free(KA); free(XVA); free(ident); free(XVt);
+                return -3;
+            }
     double *XU_all = NULL, *UU_all = NULL, *VU_all = NULL, *Ut = NULL;
     if (shared && warm0) {
         XU_all = malloc((size_t)(pb->n * pb->C + 1) * sizeof(double));

@@ -566,6 +566,24 @@ int afl_member_eval_tree(const afl_member_set *s, int64_t nA, const int64_t *act
     return rc;
 }
 
+/* The row pass of rows r0 <= i < r1 from their logits (row i at Z + (i - r0) * ldz): blocks of
+ * 64 rows on the threads, each thread's scratch in work ((CI + 2) bp doubles) and am (bp). */
+static void predict_row_pass(int64_t r0, int64_t r1, int64_t B, int CI, int ref, const float *Z, int64_t ldz,
+                             const int32_t *y, const uint8_t *heldout, int32_t *seen, int32_t *correct,
+                             double *prob_label, double *proba_sum, double *work, int32_t *am, int n_threads)
+{
+    const int64_t bp = afl_member_pad(B), nblk = (r1 - r0 + 63) / 64;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(n_threads) schedule(static)
+#endif
+    for (int64_t b = 0; b < nblk; b++) {
+        const int64_t i0 = r0 + b * 64, i1 = i0 + 64 < r1 ? i0 + 64 : r1;
+        const int t = omp_get_thread_num();
+        afl_rows.predict_rows(i0, i1, B, CI, ref, Z + (i0 - r0) * ldz, ldz, y, heldout, seen, correct, prob_label,
+                              proba_sum, work + t * (CI + 2) * bp, am + t * bp);
+    }
+}
+
 int afl_predict(int64_t n, int64_t D, const float *X, int64_t ldx, int64_t B, int C,
                 const float *W, const int64_t *col_blocks, int64_t ncb, const int32_t *y,
                 const uint8_t *heldout, int32_t *seen, int32_t *correct, double *prob_label,
@@ -597,16 +615,8 @@ int afl_predict(int64_t n, int64_t D, const float *X, int64_t ldx, int64_t B, in
         rc = afl_sgemm(0, (r1 - r0) * G, BC, D, X + r0 * G * ldx, ldx, W, BC, Z, NULL, BC, 0,
                        col_blocks, ncb, n_threads);
         if (rc != 0) break;
-        const int64_t nblk = (r1 - r0 + 63) / 64;
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(n_threads) schedule(static)
-#endif
-        for (int64_t b = 0; b < nblk; b++) {
-            const int64_t i0 = r0 + b * 64, i1 = i0 + 64 < r1 ? i0 + 64 : r1;
-            const int t = omp_get_thread_num();
-            afl_rows.predict_rows(i0, i1, B, CI, ref, Z + (i0 - r0) * G * BC, G * BC, y, heldout, seen,
-                                  correct, prob_label, proba_sum, work + t * (CI + 2) * bp, am + t * bp);
-        }
+        predict_row_pass(r0, r1, B, CI, ref, Z, G * BC, y, heldout, seen, correct, prob_label, proba_sum, work, am,
+                         n_threads);
     }
     free(Z);
     free(work);
@@ -631,16 +641,7 @@ int afl_predict_logits(int64_t n, int64_t B, int C, const float *Z, const int32_
         free(am);
         return -1;
     }
-    const int64_t nblk = (n + 63) / 64;
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(n_threads) schedule(static)
-#endif
-    for (int64_t b = 0; b < nblk; b++) {
-        const int64_t i0 = b * 64, i1 = i0 + 64 < n ? i0 + 64 : n;
-        const int t = omp_get_thread_num();
-        afl_rows.predict_rows(i0, i1, B, CI, ref, Z + i0 * BC, BC, y, heldout, seen, correct, prob_label, proba_sum,
-                              work + t * (CI + 2) * bp, am + t * bp);
-    }
+    predict_row_pass(0, n, B, CI, ref, Z, BC, y, heldout, seen, correct, prob_label, proba_sum, work, am, n_threads);
     free(work);
     free(am);
     return 0;
